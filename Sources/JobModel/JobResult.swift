@@ -217,11 +217,20 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
         }
     }
 
+    /// Whether the point is a download's, in one stream or in slices: bytes in a temporary file.
+    public var isDownload: Bool {
+        switch self {
+        case .download, .slicedDownload: true
+        default: false
+        }
+    }
+
     /// Whether the point holds nothing to continue from: a download with no byte written (one whose
-    /// bytes were dropped, or stopped before the first). Its next attempt starts at byte 0, as one
-    /// without a point does; the point still names the temporary file to clear up.
+    /// bytes were dropped, or stopped before the first), in one stream or in slices none of which holds
+    /// a byte. Its next attempt starts at byte 0, as one without a point does; the point still names
+    /// the temporary file to clear up.
     public var holdsNoDownloadedBytes: Bool {
-        if case .download(0, _, _, _, _, _) = self { true } else { false }
+        isDownload && bytesDone == 0
     }
 
     /// Bytes that need not be sent again.

@@ -43,7 +43,13 @@ extension GCSBackend {
         }
         let partial = try PartialFile(slicing: destination, jobID: control.jobID, leaseToken: control.leaseToken, size: total,
                                       resumeFrom: usable, recorded: resume, within: within)
-        if !partial.resumed { plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) } }
+        if !partial.resumed {
+            plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) }
+            // The log's point was not continued (another generation or slice plan, a one-stream point, its
+            // file gone): a checkpoint of no bytes replaces it before any other, else an attempt failing
+            // before its first checkpoint left it standing for the next.
+            if let resume, resume.isDownload, resume.bytesDone > 0 { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
+        }
         let progress = ProgressThrottle(total: total, report: report)
         let crcs = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)
         let state = SlicedDownloadState(partial: partial, slices: plan, crcs: crcs, generation: generation,
@@ -73,6 +79,9 @@ extension GCSBackend {
 
         // The checkpoints handed over have reported (or failed) before anything below.
         await state.settle()
+        // Whatever removes the partial file below (a cancel, a failure no attempt continues, a full disk,
+        // the checksum, a refused commit) reports a checkpoint of no bytes (`reportDropIfRemoved`).
+        defer { state.reportDropIfRemoved() }
         // A stop wins over a failure (every slice shares the control); then the first failure.
         var failure: StorageError?
         var stop: StopReason?
@@ -97,6 +106,7 @@ extension GCSBackend {
         }
         if let stop {
             let point = try state.confirm()
+            state.reported(point)
             report(.checkpoint(point, bytesTotal: total))
             partial.close()
             return .stopped(stop, point)
@@ -153,6 +163,10 @@ final class SlicedDownloadState: Sendable {
     /// memory, where a sync returns at once, they are made in `write`.
     private let syncs: BackgroundSyncs
     private let inMemory: Bool
+    /// Whether the log may hold a resume point with bytes of this file: the download continued one, or
+    /// a checkpoint with bytes reported since. When the file is removed, a checkpoint of none then says
+    /// so (`reportDropIfRemoved`).
+    private let logHoldsBytes: Mutex<Bool>
 
     /// The state of `slices` of `partial`, whose confirmed prefixes have the CRC32Cs `crcs`
     /// (`confirmedCRCs`, read from the file before anything is fetched).
@@ -161,6 +175,7 @@ final class SlicedDownloadState: Sendable {
         self.partial = partial
         self.fill = Mutex(Fill(slices: slices, written: slices.map(\.confirmed), crcs: crcs,
                                 writeBack: slices.map(\.confirmed)))
+        self.logHoldsBytes = Mutex(slices.contains { $0.confirmed > 0 })
         self.generation = generation
         self.checkpoint = checkpoint
         self.progress = progress
@@ -175,6 +190,23 @@ final class SlicedDownloadState: Sendable {
 
     /// The first checkpoint sync that failed, if one did (and whether for lack of space).
     var syncFailure: BackgroundSyncs.Failure? { syncs.failure }
+
+    /// Notes that `point` is reported: the log may hold its bytes from then on.
+    func reported(_ point: ResumePoint) {
+        if point.bytesDone > 0 { logHoldsBytes.withLock { $0 = true } }
+    }
+
+    /// After the syncs settled: when the partial file was removed and the log may hold a point with bytes
+    /// of it, reports a checkpoint of none (`PartialFile.droppedPoint`) — else `show` and `history` kept
+    /// the slices' bytes after they were gone, and the next attempt was logged as resuming from them (its
+    /// `moved_bytes` and rate short by them). Not after a checkpoint's sync failed: the download ends
+    /// with that failure, as a one-stream download does (`FileSink.drop`).
+    func reportDropIfRemoved() {
+        guard syncs.failure == nil else { return }
+        let dropped: ResumePoint? = fill.withLock { _ in partial.removed ? partial.droppedPoint : nil }
+        guard let dropped, logHoldsBytes.withLock({ holds in defer { holds = false }; return holds }) else { return }
+        checkpoint(dropped)
+    }
 
     /// The CRC32C of each slice's confirmed prefix, read back from the file (a resumed download; all
     /// empty for a new one). On `FileIO`'s threads when there is anything to read: prefixes of a large
@@ -249,9 +281,12 @@ final class SlicedDownloadState: Sendable {
         }
         guard let (point, descriptor) = try outcome.get() else { return }
         if let descriptor {
-            let checkpoint = checkpoint
-            syncs.sync(descriptor) { checkpoint(point) }
+            syncs.sync(descriptor) { [self] in
+                reported(point)
+                checkpoint(point)
+            }
         } else {
+            reported(point)
             checkpoint(point)
         }
     }

@@ -1093,7 +1093,7 @@ public struct GCSBackend: StorageBackend {
             await sink.drop()
             throw error
         }
-        let path = try await sink.partial.commitOffPool(replacing: replacing)
+        let path = try await sink.commit(replacing: replacing)
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }

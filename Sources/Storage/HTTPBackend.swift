@@ -656,7 +656,7 @@ public struct HTTPBackend: StorageBackend {
             await sink.drop()
             throw error
         }
-        let path = try await sink.partial.commitOffPool(replacing: replacing)
+        let path = try await sink.commit(replacing: replacing)
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,

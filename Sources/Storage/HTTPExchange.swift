@@ -676,10 +676,11 @@ final class FileSink: ResponseBodySink {
     }
 
     /// A download that could not resume from the log's point (`recorded`: another version, no validator,
-    /// its file gone) starts at byte 0: a checkpoint of no bytes says so before any other, else an
-    /// attempt failing before its first checkpoint left the old point standing for the next.
+    /// its file gone; a sliced download's point, which one stream does not continue) starts at byte 0:
+    /// a checkpoint of no bytes says so before any other, else an attempt failing before its first
+    /// checkpoint left the old point standing for the next.
     func startsOver(from recorded: ResumePoint?) {
-        guard offset == 0, case .download(let written, _, _, _, _, _)? = recorded, written > 0 else { return }
+        guard offset == 0, let recorded, recorded.isDownload, recorded.bytesDone > 0 else { return }
         report(.checkpoint(partial.droppedPoint, bytesTotal: nil))
     }
 
@@ -689,6 +690,25 @@ final class FileSink: ResponseBodySink {
     func drop() async {
         await syncs?.settle()
         partial.discard()
+        reportDropped()
+    }
+
+    /// Renames the finished file into place (`PartialFile.commit`). A commit that refused removes the file
+    /// (its temporary name or folder taken over, the destination taken under `if_exists: fail`): a
+    /// checkpoint of no bytes then reports, as `drop()` does. Called after `settle()`.
+    func commit(replacing: Bool) async throws(StorageError) -> String {
+        do {
+            return try await partial.commitOffPool(replacing: replacing)
+        } catch {
+            if partial.removed { reportDropped() }
+            throw error
+        }
+    }
+
+    /// The checkpoint of no bytes of a partial file just removed, when the log may hold one with bytes
+    /// (the checkpoints handed over have reported). Not after a checkpoint's sync failed: the download
+    /// ends with that failure (see `outcome`).
+    private func reportDropped() {
         guard logHoldsBytes, syncs?.failure == nil else { return }
         logHoldsBytes = false
         report(.checkpoint(partial.droppedPoint, bytesTotal: nil))
@@ -839,6 +859,7 @@ extension FileSink {
         switch interruption {
         case .stopped(.cancel):
             partial.discard()
+            reportDropped()
             return .stopped(.cancel, nil)
         case .stopped(let reason):
             try await partial.syncOffPool()
@@ -847,7 +868,12 @@ extension FileSink {
             partial.close()
             return .stopped(reason, point)
         case .failed(let failure):
-            if failure.retryable { try? await partial.syncOffPool() } else { partial.discard() }
+            if failure.retryable {
+                try? await partial.syncOffPool()
+            } else {
+                partial.discard()
+                reportDropped()
+            }
             partial.close()
             throw failure
         }

@@ -299,9 +299,21 @@ final class LocalTransfer {
             sidecar = try backend.createMetadata(object, describing: session.identity, for: location, control: control,
                                                  diskFull: &diskFull)
         } catch {
+            // A folder removed or moved away: its sidecar could not be made there, and the error says why.
+            if let departure = location.directory.departure {
+                session.discard(in: location)
+                throw LocalBackend.folderLeft(location, departure)
+            }
             // A full disk ends the job, so its session goes to give the space back.
             if diskFull || temp.failedForLackOfSpace { session.discard(in: location) }
             throw error
+        }
+        // The folder first: one removed or moved away took the session file with it, which is then missing
+        // from the folder held open (or still there, in the moved folder) — not another attempt's doing.
+        if let departure = location.directory.departure {
+            session.discard(in: location)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            throw LocalBackend.folderLeft(location, departure)
         }
         // Only the file this upload wrote is renamed onto the object: never one swapped in at its name.
         guard let current = location.directory.entry(session.name) else {
@@ -319,11 +331,6 @@ final class LocalTransfer {
         // The session stays open, its writer lock held, until it is renamed onto the object: a later
         // attempt that finds it at its name meanwhile does not take it over.
         defer { temp.close() }
-        guard location.directory.isStillAtItsPath else {
-            session.discard(in: location)
-            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
-            throw LocalBackend.folderMoved(location)
-        }
         // The object and its sidecar are two renames: a folder at either name (which a rename cannot
         // replace), or a device, socket or pipe (which it would), is refused before the first, so a
         // failed job never leaves the object replaced beside its old metadata.
@@ -353,6 +360,7 @@ final class LocalTransfer {
             let taken = location.directory.entry(session.name) == nil
             session.discard(in: location)
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            if let departure = location.directory.departure { throw LocalBackend.folderLeft(location, departure) }
             if taken { throw Self.sessionTaken(session, in: location) }
             throw error
         }
@@ -547,6 +555,7 @@ final class LocalTransfer {
         }
         guard let adopted = location.directory.entry(ownName), adopted.isRegular, adopted.identity == status.identity,
               adopted.links == 1 else {
+            if let departure = location.directory.departure { throw LocalBackend.folderLeft(location, departure) }
             _ = try? location.directory.renameExclusive(ownName, to: name)
             throw StorageError(.pathError,
                                "the upload session file '\(location.directory.childPath(name))' was replaced by another file "
@@ -681,6 +690,13 @@ final class LocalTransfer {
             // Starting over (the object changed, the file was gone): the log's point no longer holds its bytes.
             report(.checkpoint(partial.droppedPoint, bytesTotal: total))
         }
+        // Whatever removes the partial file from here on (a cancel, the object shrinking, the checksum, a
+        // full disk, a refused commit) reports a checkpoint of no bytes when the log may hold one with
+        // bytes: else it kept claiming them, and the next attempt was logged as resuming from them.
+        var logHoldsBytes = partial.bytesWritten > 0
+        defer {
+            if partial.removed, logHoldsBytes { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
+        }
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }
         try file.seek(to: partial.bytesWritten)
@@ -705,6 +721,7 @@ final class LocalTransfer {
             guard let want = try paced(Int(min(Int64(buffer.count), total - partial.bytesWritten)), keepingProgress: {
                 // Timed out: what was written is kept for the retry to continue.
                 guard partial.bytesWritten > lastCheckpoint, (try? partial.sync()) != nil else { return }
+                logHoldsBytes = true
                 report(.checkpoint(checkpoint(partial), bytesTotal: total))
             }) else { continue }
             let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]))
@@ -720,6 +737,7 @@ final class LocalTransfer {
             if partial.bytesWritten - lastCheckpoint >= checkpointBytes && partial.bytesWritten < total {
                 try partial.sync()
                 lastCheckpoint = partial.bytesWritten
+                logHoldsBytes = true
                 report(.checkpoint(checkpoint(partial), bytesTotal: total))
             }
         }

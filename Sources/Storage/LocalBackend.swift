@@ -585,7 +585,7 @@ extension LocalBackend {
         var diskFull = false
         let temp = try createMetadata(object, describing: described, for: location, control: control, diskFull: &diskFull)
         do throws(StorageError) {
-            guard location.directory.isStillAtItsPath else { throw Self.folderMoved(location) }
+            if let departure = location.directory.departure { throw Self.folderLeft(location, departure) }
             try location.directory.rename(temp.name, to: location.sidecarName)
         } catch {
             location.directory.remove(temp.name, ifStill: temp.identity)
@@ -595,12 +595,12 @@ extension LocalBackend {
         removeOlderSidecar(of: location)
     }
 
-    /// The error of a write whose object folder is no longer at its path (moved away, or another made or
-    /// linked at its name) when its file was about to be renamed in: renamed through the folder's
-    /// descriptor, it would have landed in the moved folder while the job reported the object at its
-    /// name. Retryable: the next attempt opens the folder now at the path.
-    static func folderMoved(_ location: LocalLocation) -> StorageError {
-        StorageError(.pathError, "the folder '\(location.directory.path)' was moved away or replaced while '\(location.reference)' "
+    /// The error of a write whose object folder is no longer at its path (removed, moved away, or another
+    /// made or linked at its name: `departure`) when its file was about to be renamed in: renamed through
+    /// the folder's descriptor, it would have landed in the moved folder while the job reported the object
+    /// at its name. Retryable: the next attempt opens the folder now at the path (or makes it again).
+    static func folderLeft(_ location: LocalLocation, _ departure: SafeDirectory.Departure) -> StorageError {
+        StorageError(.pathError, "the folder '\(location.directory.path)' \(departure.phrase) while '\(location.reference)' "
                          + "was being written; nothing was renamed into it — the next attempt writes the object where the "
                          + "path leads now", retryable: true)
     }

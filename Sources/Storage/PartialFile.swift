@@ -50,6 +50,11 @@ public final class PartialFile {
     private let destinationName: String
     private var file: LocalFile
     private var finished = false
+    /// Whether the temporary file was let go before a commit put it in place (`discard()`: a cancel, a
+    /// failure no attempt continues, a full disk, a refused commit): its name removed, or found holding
+    /// another file. Its bytes are gone, and a resume point the log holds for them must follow (a
+    /// checkpoint of `droppedPoint`).
+    public private(set) var removed = false
     /// The disk-full error that made a write remove the file (see `write(_:at:)`).
     private var removedForLackOfSpace: StorageError?
 
@@ -508,9 +513,9 @@ public final class PartialFile {
 
     /// Syncs, renames the temporary file over the destination and syncs the directory, so the rename
     /// survives a crash. Returns the final (absolute) path. Whatever was at the destination (a file, a
-    /// symbolic link) is replaced, never written through; a temporary name that no longer holds this
-    /// file (swapped meanwhile), or a folder no longer at the destination's path (moved away, another
-    /// made at its name), is not renamed into place (retryable `pathError`).
+    /// symbolic link) is replaced, never written through; a folder no longer at the destination's path
+    /// (removed, moved away, another made at its name), or a temporary name that no longer holds this
+    /// file (swapped meanwhile), is not renamed into place (retryable `pathError` saying which).
     ///
     /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
     /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
@@ -521,23 +526,28 @@ public final class PartialFile {
     public func commit(replacing: Bool = true, syncing: Bool = true) throws(StorageError) -> String {
         precondition(!finished, "PartialFile committed twice or after discard")
         if syncing { try sync() }
-        guard let current = directory.entry(tempName), current.isRegular, current.identity == identity else {
+        // The folder first: one removed or moved away took the temporary file with it, which is then
+        // missing from the folder held open (or still there, in the moved folder) — the folder's doing.
+        if let departure = directory.departure {
+            discard()
+            // Retryable: the next attempt opens the folder now at that path (or makes it again).
+            let landing = departure == .removed ? "the downloaded bytes went with it"
+                : "the file would have landed in the moved folder"
+            throw StorageError(.pathError,
+                               "the folder '\(directory.path)' \(departure.phrase) while the download ran; nothing was "
+                                   + "renamed onto '\(destination)' (\(landing)); the download is tried again",
+                               retryable: true)
+        }
+        let current = directory.entry(tempName)
+        guard let current, current.isRegular, current.identity == identity else {
             discard()
             // Retryable: the usual writer is a worker that lost this job's lease (frozen, then woken) and
             // renamed or removed the temporary name it shared; the next attempt starts over on its own file.
+            let what = current == nil ? "was removed or renamed" : "was replaced by another file"
             throw StorageError(.pathError,
-                               "the temporary file '\(tempPath)' was replaced by another file while the download ran "
+                               "the temporary file '\(tempPath)' \(what) while the download ran "
                                    + "(a worker that lost this job's lease, or another program writing in that folder); "
                                    + "nothing was renamed onto '\(destination)'; the download is tried again",
-                               retryable: true)
-        }
-        guard directory.isStillAtItsPath else {
-            discard()
-            // Retryable: the next attempt opens the folder now at that path (or makes it again).
-            throw StorageError(.pathError,
-                               "the folder '\(directory.path)' was moved away or replaced while the download ran; nothing was "
-                                   + "renamed onto '\(destination)' (the file would have landed in the moved folder); "
-                                   + "the download is tried again",
                                retryable: true)
         }
         do throws(StorageError) {
@@ -565,7 +575,10 @@ public final class PartialFile {
     /// file that is no longer ours at the temporary name is left alone.
     public func discard() {
         // Removed before it is closed: its lock keeps a later attempt from taking it over in between.
-        if !finished { directory.remove(tempName, ifStill: identity) }
+        if !finished {
+            directory.remove(tempName, ifStill: identity)
+            removed = true
+        }
         file.close()
         finished = true
     }

@@ -186,19 +186,40 @@ final class SafeDirectory {
 
     // MARK: - Identity
 
-    /// Whether `path` still names this directory (the same device and inode; links on the way followed,
-    /// as when it was opened by that path). Asked before a rename puts a finished file in place: a folder
-    /// moved away (`mv dl dl.old`) and another made at its name while a transfer ran left the descriptor
-    /// on the moved one, so the file was renamed into `dl.old` while the job reported it at `dl/…`. False
-    /// when nothing is at the path any more; true when it cannot be told (the rename then decides). A
-    /// folder moved between this check and the rename still takes the file: the check narrows the window
-    /// to those few microseconds, it cannot close it.
-    var isStillAtItsPath: Bool {
+    /// How the directory left `path`, or nil while `path` still names it (the same device and inode; links
+    /// on the way followed, as when it was opened by that path) or when that cannot be told (the rename
+    /// then decides): removed (`rm -rf`: no name leads to it any more, whatever is at the path now), moved
+    /// away (nothing at the path), or moved away or replaced with something else at the path now.
+    ///
+    /// Asked before a rename puts a finished file in place: a folder moved away (`mv dl dl.old`) and
+    /// another made at its name while a transfer ran left the descriptor on the moved one, so the file was
+    /// renamed into `dl.old` while the job reported it at `dl/…`. A folder moved between this check and
+    /// the rename still takes the file: the check narrows the window to those few microseconds, it cannot
+    /// close it. A file of the transfer found gone or changed in a folder that left is the folder's doing,
+    /// and the error says so: a folder removed under a download was reported as its temporary file
+    /// "replaced by another file".
+    var departure: Departure? {
         var opened = stat()
-        guard fstat(descriptor, &opened) == 0 else { return true }
+        guard fstat(descriptor, &opened) == 0 else { return nil }
+        if opened.st_nlink == 0 { return .removed }
         var named = stat()
-        guard path.withCString({ fstatat(AT_FDCWD, $0, &named, 0) }) == 0 else { return errno != ENOENT && errno != ENOTDIR }
-        return named.st_dev == opened.st_dev && named.st_ino == opened.st_ino
+        guard path.withCString({ fstatat(AT_FDCWD, $0, &named, 0) }) == 0 else {
+            return errno == ENOENT || errno == ENOTDIR ? .movedAway : nil
+        }
+        return named.st_dev == opened.st_dev && named.st_ino == opened.st_ino ? nil : .replaced
+    }
+
+    /// How a directory left its path (`departure`), as messages say it after "the folder '…'".
+    enum Departure: Sendable, Equatable {
+        case removed, movedAway, replaced
+
+        var phrase: String {
+            switch self {
+            case .removed: "was removed"
+            case .movedAway: "was moved away"
+            case .replaced: "was moved away or replaced (another is at its path now)"
+            }
+        }
     }
 
     // MARK: - Files

@@ -118,6 +118,10 @@ public actor TaskRunner {
     /// The phase of the attempt right now.
     public var phase: TaskPhase { machine.phase }
 
+    /// The bytes of earlier attempts this one kept (`TaskStateMachine.bytesKeptFromEarlierAttempts`):
+    /// what its logged rate leaves out.
+    public var bytesKeptFromEarlierAttempts: Int64 { machine.bytesKeptFromEarlierAttempts }
+
     /// A snapshot of the task right now. `status` is `progress` while the attempt runs, `success` or
     /// `failure` (failed, cancelled) once it ended that way, and `pause` when it stopped without an end
     /// (paused, released, retry scheduled, abandoned): the job will run again.

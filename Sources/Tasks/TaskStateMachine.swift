@@ -183,6 +183,11 @@ public struct TaskStateMachine: Sendable {
     public private(set) var bytesDone: Int64
     /// The total, once known.
     public private(set) var bytesTotal: Int64?
+    /// The bytes of earlier attempts this one kept: its resume point's at the claim, lowered by any
+    /// checkpoint holding fewer (a download that dropped them, a session started again). A run's rate
+    /// counts only what it moved past them: counting the claim's point made a download that dropped it
+    /// report `moved_bytes` and a rate short by bytes it fetched again.
+    public private(set) var bytesKeptFromEarlierAttempts: Int64
     private var lastProgressWrittenAtMs: Int64?
 
     /// Creates a machine for one claimed attempt.
@@ -199,6 +204,7 @@ public struct TaskStateMachine: Sendable {
         self.configuration = configuration
         self.resumePoint = resumePoint
         self.bytesDone = resumePoint?.bytesDone ?? 0
+        self.bytesKeptFromEarlierAttempts = resumePoint?.bytesDone ?? 0
         self.bytesTotal = bytesTotal
     }
 
@@ -289,6 +295,7 @@ public struct TaskStateMachine: Sendable {
             let dropped = resumePoint.bytesDone < (self.resumePoint?.bytesDone ?? 0)
             self.resumePoint = resumePoint
             bytesDone = dropped ? resumePoint.bytesDone : max(bytesDone, resumePoint.bytesDone)
+            bytesKeptFromEarlierAttempts = min(bytesKeptFromEarlierAttempts, resumePoint.bytesDone)
             if let bytesTotal { self.bytesTotal = bytesTotal }
             lastProgressWrittenAtMs = nowMs
             return .persist(event(.progress(progress(resumePoint)), nowMs))

@@ -115,8 +115,6 @@ public final class WorkerPool: Sendable {
         var started: Bool
         /// When the runner was started (given a slot): where its logged duration and rate begin.
         var launchedAtMs: Int64?
-        /// The bytes an earlier attempt left to resume from: the logged rate counts only what this run moved.
-        var resumedFromBytes: Int64 = 0
         /// The claim and the start on the monotonic clock: a run's duration is measured on it, since the
         /// wall clock may step meanwhile (a run across a 2 h step forward was logged as 2 h long at a
         /// rate of a few bytes a second; one across a step back as 0 ms long).
@@ -813,7 +811,6 @@ public final class WorkerPool: Sendable {
             if let previous = state.running[record.id] { state.superseded[previous.token] = previous }
             state.running[record.id] = Running(runner: runner, token: job.token, kind: record.kind, claimedAtMs: now,
                                                firstRun: record.version == 2 && record.resumePoint == nil, started: startNow, launchedAtMs: startNow ? now : nil,
-                                               resumedFromBytes: record.resumePointForAttempt?.bytesDone ?? 0,
                                                launchedAt: startNow ? Clock.monotonicMs() : nil, leaseExpiresAtMs: now + leaseMs)
             state.summary.claimed += 1
             state.highestToken = max(state.highestToken, job.token)
@@ -864,7 +861,9 @@ public final class WorkerPool: Sendable {
     private static func runJob(_ jobID: String, _ handOver: RunnerHandOver, reportingTo pool: WorkerPool?) async {
         guard let runner = handOver.take() else { return }
         let outcome = await runner.run()
-        pool?.finished(jobID, runner: runner, outcome: outcome)
+        // The bytes of earlier attempts the run kept, not the claim's point: a download may have dropped them.
+        let kept = await runner.bytesKeptFromEarlierAttempts
+        pool?.finished(jobID, runner: runner, outcome: outcome, keptBytes: kept)
     }
 
     /// A runner handed to the task that runs it (see `launch`).
@@ -894,7 +893,7 @@ public final class WorkerPool: Sendable {
         return state.superseded.values.first { $0.runner === runner }
     }
 
-    private func finished(_ jobID: String, runner: TaskRunner, outcome: TaskRunOutcome) {
+    private func finished(_ jobID: String, runner: TaskRunner, outcome: TaskRunOutcome, keptBytes: Int64) {
         // The run is logged (and counted) while the job is still among the running ones: a draining pool
         // only stops once none is, so no outcome's log line can be lost to the process exiting first.
         // Marked as being logged here, so that the stop's sweep (which may come between this line and the
@@ -912,8 +911,7 @@ public final class WorkerPool: Sendable {
             // got a slot (released, paused, cancelled while held) counts from its claim.
             // Measured on the monotonic clock, handed on as the wall-clock start it stands for.
             let startedAtMs = now - max(0, Clock.monotonicMs() - (entry.launchedAt ?? entry.claimedAt))
-            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, resumedFrom: entry.resumedFromBytes,
-                         now: now)
+            log.finished(jobID: jobID, kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, resumedFrom: keptBytes, now: now)
             metrics.finished(kind: entry.kind, outcome: outcome, startedAtMs: startedAtMs, now: now)
             if entry.firstRun, case .succeeded = outcome { sweeper.noteLeftNothing(jobID, kind: entry.kind) }
         }

@@ -191,11 +191,10 @@ extension JobRecord {
 /// Short descriptions of log values, shared by `show`, `history` and `watch`.
 enum Describe {
     static func resumePoint(_ resume: ResumePoint) -> String {
-        switch resume {
+        if resume.holdsNoDownloadedBytes { return "none (no byte kept: the next attempt starts at byte 0)" }
+        return switch resume {
         case .upload(_, let offset, let total, _):
             "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
-        case .download(0, _, _, _, _, _):
-            "none (no byte kept: the next attempt starts at byte 0)"
         case .download(let written, let generation, _, _, _, _):
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
         case .slicedDownload(let slices, let generation, _, _):
@@ -209,6 +208,9 @@ enum Describe {
         }
     }
 
+    /// A `started` event's note when its resume point holds no byte (the earlier attempts' were dropped).
+    static let freshStart = "from byte 0 (no byte kept from earlier attempts)"
+
     /// The details column of `history` and the event lines of `watch`.
     static func event(_ event: JobEvent, display: Display) -> String {
         let data = event.data
@@ -219,7 +221,10 @@ enum Describe {
         if let done = data.bytesDone {
             parts.append(ByteSize.format(done) + (data.bytesTotal.map { "/\(ByteSize.format($0))" } ?? ""))
         }
-        if let resume = data.resumePoint, event.type != .succeeded { parts.append("resume: \(resumePoint(resume))") }
+        if let resume = data.resumePoint, event.type != .succeeded {
+            // An attempt started from a point that holds nothing is a fresh start, not a resume of nothing.
+            parts.append(event.type == .started && resume.holdsNoDownloadedBytes ? Self.freshStart : "resume: \(resumePoint(resume))")
+        }
         if let error = data.error {
             let state: JobState? = event.type == .cancelled ? .cancelled : nil
             parts.append(display.errorLine(error, state: state))

@@ -82,6 +82,90 @@ import TestSupport
         #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("out/.big.bin.\(id).jobctl-partial")))
     }
 
+    /// A sliced download killed mid-way whose object is then replaced: the next attempt plans on the new
+    /// generation and starts at byte 0. The slices it dropped stayed in the log: the attempt failing
+    /// after the drop (`cut`) showed "resume: 9 MiB written in 4 slices" in `history`, the next one was
+    /// logged `resumed from_bytes=…` and started "resume: 9 MiB written …", and either success read
+    /// `moved_bytes` short by those bytes. Now the drop is a checkpoint of none: the failure shows no byte
+    /// kept, the next attempt is `started` from byte 0 (`history` says so, not "resume: none"), and the
+    /// success counts every byte it fetched.
+    @Test("slices dropped for a new generation leave the log: history, the worker's lines, its moved bytes",
+          arguments: [(StoreEngine.sqlite, true), (.postgres, true), (.sqlite, false)])
+    func droppedSlicesLeaveTheLog(engine: StoreEngine, cut: Bool) throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let workspace = try CLIWorkspace("cli-sliced-drop", engine: engine)
+        defer { workspace.directory.remove() }
+        let size = 16 << 20
+        let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 16) })
+        try bytes.write(to: URL(fileURLWithPath: workspace.directory.file("big.bin")))
+        let environment = ["STORAGE_EMULATOR_HOST": proxy.baseURL, "HOME": workspace.directory.path]
+        #expect(try workspace.jobctl(["migrate"]).status == 0)
+        let upload = try workspace.write("up.yaml", "- {kind: upload-file, source: big.bin, destination: gs://\(server.bucket)/big.bin}\n")
+        #expect(try workspace.jobctl(["submit", upload], environment: environment).status == 0)
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+
+        // Held mid-way as in `killedMidWayResumesSliceBySlice`: two slices whole (one checkpoint), two stalled.
+        let quarter = size / 4
+        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * quarter)-")),
+                            .stallInResponse(afterBytes: 0, seconds: 300)))
+        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * quarter)-")),
+                            .stallInResponse(afterBytes: 1 << 20, seconds: 300)))
+        let id = try #require(try workspace.submit("- {kind: download-file, source: gs://\(server.bucket)/big.bin, destination: out/big.bin}\n").first)
+        let first = try LoggedWorker(workspace, ["--lease", "1s", "--sliced-threshold", "1MiB", "--slices", "4"], environment: environment,
+                                     logName: "first.log")
+        let checkpointed = eventuallyTrue(seconds: 60) {
+            let job = try? workspace.json(["show", id, "--json"]) as? [String: Any]
+            return (job?["resume_point"] as? [String: Any])?["type"] as? String == "sliced_download"
+        }
+        first.kill()
+        try #require(checkpointed, "no sliced checkpoint: \(first.log())")
+
+        // The object replaced behind the job's back: a new generation.
+        let replacement = Data(bytes.reversed())
+        try replacement.write(to: URL(fileURLWithPath: workspace.directory.file("v2.bin")))
+        let stored = try runProcess("/usr/bin/curl", ["-sf", "-X", "POST", "--data-binary", "@" + workspace.directory.file("v2.bin"),
+                                                      "http://127.0.0.1:\(server.port)/upload/storage/v1/b/\(server.bucket)/o?uploadType=media&name=big.bin"])
+        try #require(stored.status == 0, "\(stored.stderr)")
+        // The attempt that drops the slices has every slice cut early (before any checkpoint of the new
+        // generation): it fails, retryable, and the next one runs.
+        if cut {
+            proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .resetInResponse(afterBytes: 200_000), times: 4))
+        }
+        let second = try workspace.jobctl(["worker", "--drain", "--sliced-threshold", "1MiB", "--log-format", "json"], environment: environment)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.directory.file("out/big.bin"))) == replacement)
+
+        let history = try workspace.jobctl(["history", id, "--all"])
+        #expect(history.status == 0, "\(history.stderr)")
+        let lines = history.stdout.split(separator: "\n").map(String.init)
+        let events = try #require(try workspace.json(["history", id, "--json"]) as? [[String: Any]])
+        func point(_ event: [String: Any]) -> [String: Any]? { (event["data"] as? [String: Any])?["resume_point"] as? [String: Any] }
+        let started = events.filter { $0["type"] as? String == "started" }
+        let log = second.stderr.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let succeeded = try #require(log.first { $0["event"] as? String == "succeeded" }, "\(second.stderr)")
+        let fields = succeeded["fields"] as? [String: Any] ?? [:]
+        #expect(fields["bytes"] as? Int == size && fields["moved_bytes"] == nil, "the success counted bytes it fetched as kept: \(succeeded)")
+        if cut {
+            let failed = try #require(events.first { $0["type"] as? String == "attempt_failed" }, "\(history.stdout)")
+            #expect(point(failed)?["bytes_written"] as? Int == 0, "the failure kept the dropped slices: \(failed)")
+            let failedLine = try #require(lines.first { $0.contains("attempt_failed") })
+            #expect(failedLine.contains("resume: none (no byte kept") && !failedLine.contains("slices"), "\(failedLine)")
+            // The attempt after it starts from nothing: a start, not a resume of nothing.
+            #expect(started.count == 3 && point(started[2])?["bytes_written"] as? Int == 0, "\(started)")
+            let startedLine = try #require(lines.last { $0.contains(" started ") }, "\(history.stdout)")
+            #expect(startedLine.contains("from byte 0 (no byte kept from earlier attempts)") && !startedLine.contains("resume:"), "\(startedLine)")
+            let logged = log.filter { ["started", "resumed"].contains($0["event"] as? String ?? "") }.map { $0["event"] as? String }
+            #expect(logged == ["resumed", "started"], "\(second.stderr)")
+        } else {
+            // The attempt that dropped them said so in the log.
+            let progress = events.filter { $0["type"] as? String == "progress" && point($0) != nil }
+            #expect(progress.contains { point($0)?["bytes_written"] as? Int == 0 }, "no checkpoint of no bytes: \(history.stdout)")
+        }
+    }
+
     @Test("--sliced-threshold and --slices: valid values start the worker, others exit 64 naming the option")
     func optionRanges() throws {
         let workspace = try CLIWorkspace("cli-sliced-options")

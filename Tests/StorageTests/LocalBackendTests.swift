@@ -44,16 +44,22 @@ private final class Recorder: Sendable {
     private let events = Mutex<[TransferEvent]>([])
     let control: TransferControl
     let stopAtCheckpoint: StopReason?
+    /// Run at the first checkpoint, on the transfer's thread (to change something under it there).
+    private let atFirstCheckpoint: Mutex<(@Sendable () -> Void)?>
 
-    init(stopAtCheckpoint: StopReason? = nil, jobID: String? = nil, leaseToken: Int64? = nil) {
+    init(stopAtCheckpoint: StopReason? = nil, jobID: String? = nil, leaseToken: Int64? = nil,
+         atFirstCheckpoint: (@Sendable () -> Void)? = nil) {
         self.stopAtCheckpoint = stopAtCheckpoint
+        self.atFirstCheckpoint = Mutex(atFirstCheckpoint)
         control = TransferControl(jobID: jobID, leaseToken: leaseToken)
     }
 
     var report: @Sendable (TransferEvent) -> Void {
         { [self] event in
             events.withLock { $0.append(event) }
-            if case .checkpoint = event, let reason = stopAtCheckpoint { control.stop(reason) }
+            guard case .checkpoint = event else { return }
+            atFirstCheckpoint.withLock { action in defer { action = nil }; return action }?()
+            if let reason = stopAtCheckpoint { control.stop(reason) }
         }
     }
 
@@ -613,6 +619,47 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         _ = try finished(try await run(sandbox.backend(checkpoint: 64 << 20), spec, from: point, recorder: resuming))
         #expect(resuming.checkpoints.first?.holdsNoDownloadedBytes == true, "\(resuming.checkpoints)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: sandbox.directory.file("dl/c.bin"))) == replaced)
+    }
+
+    /// A download that removed its partial file after a checkpoint (the object shrinking under it, one of
+    /// its bytes changed, the temporary name taken over before the commit, a cancel) reported nothing
+    /// more: the log's point went on claiming the checkpoint's bytes (`show`, `history`, the next
+    /// attempt's `resumed from_bytes` and rate). A checkpoint of no bytes follows the removal now.
+    @Test(arguments: ["shrank", "checksum", "refused commit", "cancel"])
+    func aDownloadThatRemovesItsPartialFileSaysSo(cause: String) async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/r.bin", data: try randomData(3 << 20))))
+        let stored = sandbox.buckets + "/b/r.bin"
+        let destination = sandbox.directory.file("dl/r.bin")
+        let tempPath = PartialFile.tempPath(for: destination, jobID: "01LOCALDROP")
+        let change: @Sendable () -> Void = switch cause {
+        case "shrank": { _ = truncate(stored, 1_572_864) }
+        case "checksum": {
+            let handle = FileHandle(forUpdatingAtPath: stored)
+            try? handle?.seek(toOffset: 2_621_440)
+            handle?.write(Data([0x00, 0xFF, 0x00, 0xFF]))
+            try? handle?.close()
+        }
+        case "refused commit": {
+            _ = FileManager.default.createFile(atPath: tempPath + ".other", contents: Data("someone else's".utf8))
+            _ = rename(tempPath + ".other", tempPath)
+        }
+        default: {}
+        }
+        let recorder = Recorder(stopAtCheckpoint: cause == "cancel" ? .cancel : nil, jobID: "01LOCALDROP", leaseToken: 1,
+                                atFirstCheckpoint: change)
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/r.bin", destination: destination)
+        do {
+            let outcome = try await run(sandbox.backend(checkpoint: 1 << 20), spec, recorder: recorder)
+            #expect(cause == "cancel" && outcome == .stopped(.cancel, nil), "\(outcome)")
+        } catch {
+            #expect(cause != "cancel" && error.code == (cause == "checksum" ? .nonMatchingChecksum : cause == "shrank" ? .objectNotFound : .pathError),
+                    "\(error)")
+        }
+        #expect(recorder.checkpoints.first.map { $0.bytesDone > 0 } == true, "no checkpoint came first: \(recorder.checkpoints)")
+        #expect(recorder.checkpoints.last?.holdsNoDownloadedBytes == true, "\(recorder.checkpoints)")
+        #expect(!sandbox.entries(sandbox.directory.file("dl")).contains { $0.hasSuffix(".jobctl-partial") } || cause == "refused commit")
     }
 
     @Test func pausedDownloadResumesFromItsPartialFile() async throws {

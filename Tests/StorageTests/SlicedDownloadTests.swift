@@ -304,6 +304,107 @@ import TestSupport
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == replacement)
     }
 
+    /// How a resumed sliced download loses the slices the log's point holds.
+    enum SliceDrop: String, CaseIterable, Sendable {
+        /// The object replaced since the pause: the new generation starts at byte 0.
+        case newGeneration
+        /// A worker with another `--slices`: the recorded plan is not continued.
+        case otherPlan
+        /// A worker with slicing off: one stream does not continue a sliced point.
+        case oneStream
+        /// The temporary file replaced at its name: the commit refuses and removes ours (retryable).
+        case refusedCommit
+        /// A byte flipped in a resumed slice: the combined CRC32C fails and the file goes.
+        case checksum
+        /// The media requests refused for good (403): the file goes.
+        case finalFailure
+        /// The job cancelled: the file goes.
+        case cancel
+    }
+
+    /// A sliced download paused with bytes in its slices, resumed where those bytes go: every such path
+    /// dropped them without a word, and the log's point went on claiming them (`show`, `history`; the next
+    /// attempt logged as resuming from them, its `moved_bytes` and rate short by them), as one-stream
+    /// downloads did before. A checkpoint of no bytes now replaces the point — first, when the resumed
+    /// attempt cannot continue it; last, when the file is removed at the end.
+    @Test(arguments: SliceDrop.allCases) func aSlicedDownloadThatDropsItsSlicesSaysSo(drop: SliceDrop) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-drop")
+        defer { directory.remove() }
+        let size = 6 << 20
+        let bytes = Self.payload(size)
+        let reference = "gs://\(server.bucket)/big/drop.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        // Slow answers, so the pause lands with every slice part-way.
+        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .trickleResponse(bytes: 64 << 10, interval: 0.03),
+                            times: 4))
+        let destination = directory.file("drop.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let jobID = "01SLICEDROP"
+        guard let point = try await Self.pausedPastOneMegabyte(backend, spec, jobID: jobID) else { return }
+        guard case .slicedDownload(_, _, let tempPath, _) = point else {
+            Issue.record("expected a sliced resume point, got \(point)")
+            return
+        }
+
+        let control = TransferControl(jobID: jobID)
+        var resumedOn: any StorageBackend = backend
+        var onEvent: (@Sendable (TransferEvent) -> Void)?
+        switch drop {
+        case .newGeneration:
+            _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Data(bytes.reversed()))))
+        case .otherPlan:
+            resumedOn = Self.backend(proxy, slices: 3)
+        case .oneStream:
+            resumedOn = Self.backend(proxy, slicedThreshold: nil)
+        case .refusedCommit:
+            // Another file renamed onto the temporary name while the slices are fetched.
+            let other = tempPath + ".other"
+            let swapped = Mutex(false)
+            onEvent = { event in
+                guard case .progress = event, swapped.withLock({ done in defer { done = true }; return !done }) else { return }
+                _ = FileManager.default.createFile(atPath: other, contents: Data("someone else's".utf8))
+                _ = rename(other, tempPath)
+            }
+        case .checksum:
+            proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .rewriteResponse { _, response in
+                if !response.body.isEmpty { response.body[response.body.startIndex] ^= 0xFF }
+            }))
+        case .finalFailure:
+            let refused = ProxyMessage.response(403, reason: "Forbidden", headers: [ProxyHeader("Content-Type", "application/json")],
+                                                body: Data(#"{"error":{"code":403,"message":"Forbidden"}}"#.utf8))
+            proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .respond(refused), times: 8))
+        case .cancel:
+            onEvent = { event in if case .progress = event { control.stop(.cancel) } }
+        }
+        let recorder = EventRecorder(onEvent: onEvent)
+        let outcome = await run(resumedOn, spec, resume: point, control: control, recorder: recorder)
+        switch drop {
+        case .newGeneration, .otherPlan, .oneStream:
+            // Started over, and said so before anything else.
+            _ = try finished(outcome)
+            let first = try #require(recorder.checkpoints.first, "no checkpoint replaced the point the log holds")
+            #expect(first.holdsNoDownloadedBytes, "\(first)")
+        case .refusedCommit, .checksum, .finalFailure:
+            let error = try failure(outcome)
+            #expect(error.retryable == (drop == .refusedCommit), "\(error)")
+            let last = try #require(recorder.checkpoints.last, "no checkpoint replaced the point the log holds: \(error)")
+            #expect(last.holdsNoDownloadedBytes, "\(last) after \(error)")
+        case .cancel:
+            guard case .success(.stopped(.cancel, nil)) = outcome else {
+                Issue.record("expected a cancel, got \(outcome)")
+                return
+            }
+            let last = try #require(recorder.checkpoints.last, "no checkpoint replaced the point the log holds")
+            #expect(last.holdsNoDownloadedBytes, "\(last)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: tempPath) || drop == .refusedCommit, "the partial file was kept")
+    }
+
     /// A download to memory answered from another version of the object (its own `x-goog-generation`,
     /// or a whole-object CRC32C in `x-goog-hash` other than the metadata's): the bytes were kept and only
     /// the final CRC32C caught them, failing the job for good — or, with the right bytes under another

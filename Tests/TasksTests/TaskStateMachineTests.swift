@@ -297,6 +297,27 @@ struct TaskStateMachineTests {
                 "\(String(describing: failed.data.resumePoint)) \(String(describing: failed.data.bytesDone))")
     }
 
+    /// An attempt claimed at a point of 8 MiB that dropped them (its checkpoint of no bytes) and then
+    /// fetched the whole file kept nothing of the earlier attempts: its rate counts every byte. The pool
+    /// took the claim's 8 MiB, and the success read `moved_bytes` short by them.
+    @Test func theBytesKeptFromEarlierAttemptsFollowADroppedPoint() throws {
+        let held = ResumePoint.slicedDownload(slices: [DownloadSlice(start: 0, length: 16 << 20, confirmed: 8 << 20)], generation: "1",
+                                              tempPath: "/t/.f.partial", file: FileIdentity(device: 1, inode: 2))
+        var machine = TaskStateMachine(attempt: 2, maxAttempts: 3, resumePoint: held)
+        #expect(machine.bytesKeptFromEarlierAttempts == 8 << 20)
+        _ = try machine.attemptStarted(nowMs: 0)
+        let dropped = ResumePoint.download(bytesWritten: 0, generation: nil, etag: nil, tempPath: "/t/.f.partial")
+        _ = try machine.checkpointReached(dropped, bytesTotal: 16 << 20, nowMs: 10)
+        let later = ResumePoint.download(bytesWritten: 12 << 20, generation: "2", etag: nil, tempPath: "/t/.f.partial")
+        _ = try machine.checkpointReached(later, bytesTotal: 16 << 20, nowMs: 20)
+        #expect(machine.bytesKeptFromEarlierAttempts == 0)
+        // One that kept its point keeps its bytes, whatever it adds.
+        var kept = TaskStateMachine(attempt: 2, maxAttempts: 3, resumePoint: held)
+        _ = try kept.attemptStarted(nowMs: 0)
+        _ = try kept.checkpointReached(later, bytesTotal: 16 << 20, nowMs: 10)
+        #expect(kept.bytesKeptFromEarlierAttempts == 8 << 20)
+    }
+
     @Test func customProgressInterval() throws {
         var machine = TaskStateMachine(attempt: 1, maxAttempts: 1, configuration: .init(progressIntervalMs: 100))
         _ = try machine.attemptStarted(nowMs: 0)

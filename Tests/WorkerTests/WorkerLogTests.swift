@@ -510,4 +510,24 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         #expect(entries(objects, "started", job: "01DROPPED").count == 1 && entries(objects, "resumed", job: "01DROPPED").isEmpty, "\(objects)")
         #expect(entries(objects, "resumed", job: "01HELD").count == 1, "\(objects)")
     }
+
+    /// A sliced download's point none of whose slices holds a byte (one stopped before its first) is a
+    /// start from byte 0 too: it was logged `resumed from_bytes=0`.
+    @Test func anAttemptFromSlicesHoldingNoBytesIsStartedNotResumed() throws {
+        let lines = Mutex<[String]>([])
+        let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
+            lines.withLock { $0.append(line) }
+        })
+        let file = FileIdentity(device: 1, inode: 2)
+        let empty = ResumePoint.slicedDownload(slices: DownloadSlice.plan(size: 16 << 20, count: 4), generation: "7",
+                                               tempPath: "/t/.f.partial", file: file)
+        var plan = DownloadSlice.plan(size: 16 << 20, count: 4)
+        plan[1].confirmed = 1 << 20
+        let held = ResumePoint.slicedDownload(slices: plan, generation: "7", tempPath: "/t/.f.partial", file: file)
+        log.started(jobID: "01EMPTY", kind: .downloadFile, progress: TransferProgress(attempt: 2, bytesDone: 0, resumePoint: empty), now: 1)
+        log.started(jobID: "01SLICED", kind: .downloadFile, progress: TransferProgress(attempt: 2, bytesDone: 1 << 20, resumePoint: held), now: 2)
+        let objects = jsonLines(lines.withLock { $0.joined(separator: "\n") }).objects
+        #expect(entries(objects, "started", job: "01EMPTY").count == 1 && entries(objects, "resumed", job: "01EMPTY").isEmpty, "\(objects)")
+        #expect(entries(objects, "resumed", job: "01SLICED").count == 1, "\(objects)")
+    }
 }
