@@ -21,25 +21,36 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
     public var caDirectory: String?
     /// When true, only `caFile` / `caDirectory` are trusted: libcurl's defaults are switched off.
     public var exclusive: Bool
-    /// Which variable chose this trust, for messages ("JOBCTL_CA_BUNDLE", …); nil for the defaults.
+    /// Which setting chose this trust, for messages about jobs ("JOBCTL_CA_BUNDLE", "the configuration
+    /// file's ca_bundle", …); nil for the defaults.
     public var source: String?
+    /// The setting a job's message says to change to trust other CAs: the configuration file's
+    /// `ca_bundle` when that chose these; nil: JOBCTL_CA_BUNDLE, SSL_CERT_FILE or SSL_CERT_DIR.
+    public var settingToChange: String?
 
-    public init(caFile: String? = nil, caDirectory: String? = nil, exclusive: Bool = false, source: String? = nil) {
+    public init(caFile: String? = nil, caDirectory: String? = nil, exclusive: Bool = false, source: String? = nil,
+                settingToChange: String? = nil) {
         self.caFile = caFile
         self.caDirectory = caDirectory
         self.exclusive = exclusive
         self.source = source
+        self.settingToChange = settingToChange
     }
 
     /// libcurl's own CA file and directory.
     public static let systemDefault = CertificateTrust()
 
     /// Reads `JOBCTL_CA_BUNDLE`, else `SSL_CERT_FILE` / `SSL_CERT_DIR`; empty values count as unset.
-    /// Throws `invalidArgument` naming the variable and the path when a path cannot serve.
-    public static func fromEnvironment(_ environment: [String: String]) throws(StorageError) -> CertificateTrust {
+    /// Throws `invalidArgument` naming the setting (as `origins` says it was given) and the path when a
+    /// path cannot serve.
+    public static func fromEnvironment(_ environment: [String: String],
+                                       origins: SettingOrigins = SettingOrigins()) throws(StorageError) -> CertificateTrust {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         if let bundle = value("JOBCTL_CA_BUNDLE") {
-            return try only(bundle, variable: "JOBCTL_CA_BUNDLE")
+            var trust = try only(bundle, variable: origins.name("JOBCTL_CA_BUNDLE"))
+            trust.source = origins.jobName("JOBCTL_CA_BUNDLE")
+            if origins.isFromFile("JOBCTL_CA_BUNDLE") { trust.settingToChange = trust.source }
+            return trust
         }
         var trust = CertificateTrust()
         if let file = value("SSL_CERT_FILE") {
@@ -57,7 +68,8 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
         return trust
     }
 
-    /// Trusts only the CAs at `path`: a PEM file, or a directory prepared with `openssl rehash`.
+    /// Trusts only the CAs at `path`: a PEM file, or a directory prepared with `openssl rehash`; errors
+    /// name the setting `variable` (as the user gave it).
     public static func only(_ path: String, variable: String = "JOBCTL_CA_BUNDLE") throws(StorageError) -> CertificateTrust {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {

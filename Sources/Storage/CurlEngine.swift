@@ -320,6 +320,9 @@ struct CurlOptions: Sendable {
     /// before the exchange fails as too slow (`--min-rate`, `JOBCTL_MIN_RATE`); 0: off. Lowered for an
     /// exchange its rate limits hold (see `MovementWindow.minimum(_:limitedTo:)`).
     var minRate: Int64 = StorageConfiguration.defaultMinRate
+    /// How a job's error names what set `stallTimeout` and `minRate` (see `StorageConfiguration.curlOptions`).
+    var stallTimeoutSetting = "worker --stall-timeout or JOBCTL_STALL_TIMEOUT"
+    var minRateSetting = "worker --min-rate or JOBCTL_MIN_RATE"
 }
 
 /// Why an exchange did not produce a response.
@@ -934,12 +937,12 @@ private final class CurlExchange: @unchecked Sendable {
         let message: String
         switch shortfall {
         case .stalled:
-            message = "no data for \(options.stallTimeout) s (the limit is set by worker --stall-timeout or JOBCTL_STALL_TIMEOUT)"
+            message = "no data for \(options.stallTimeout) s (the limit is set by \(options.stallTimeoutSetting))"
         case .tooSlow(let rate):
             let lowered = movement.minimum < options.minRate ? ", lowered to a quarter of this transfer's rate limit (max_rate, --bwlimit)" : ""
             message = "the transfer moved only \(ByteSize.format(rate))/s over the last \(options.stallTimeout) s, below the minimum "
-                + "of \(ByteSize.format(movement.minimum))/s\(lowered) (set by worker --min-rate or JOBCTL_MIN_RATE, 0 turns it off; "
-                + "the window by --stall-timeout or JOBCTL_STALL_TIMEOUT)"
+                + "of \(ByteSize.format(movement.minimum))/s\(lowered) (set by \(options.minRateSetting), 0 turns it off; "
+                + "the window by \(options.stallTimeoutSetting))"
         }
         return StorageError(.unknown, message, url: redactedURL(request.url), retryable: true)
     }
@@ -1294,8 +1297,8 @@ private func transportFailure(curlCode: CURLcode, name: String, text: String, ur
         return certificateFailure(verifyResult: verifyResult, url: url, host: certificateHost, trust: trust, cause: cause)
     case CURLE_SSL_CACERT_BADFILE:
         return StorageError(.unknown, "the CA certificates could not be loaded from \(trust) (set by "
-                                + "\(trust.source ?? "libcurl's defaults")); point JOBCTL_CA_BUNDLE (or SSL_CERT_FILE / SSL_CERT_DIR) "
-                                + "at a readable PEM file of CA certificates or a directory prepared with `openssl rehash`",
+                                + "\(trust.source ?? "libcurl's defaults")); point "
+                                + "\(trust.settingToChange ?? "JOBCTL_CA_BUNDLE (or SSL_CERT_FILE / SSL_CERT_DIR)") at a readable PEM file of CA certificates or a directory prepared with `openssl rehash`",
                             url: redactedURL(url), cause: cause)
     default:
         return StorageError(.unknown, "the transfer failed: \(name)", url: redactedURL(url), cause: cause)
@@ -1318,8 +1321,9 @@ private func certificateFailure(verifyResult: Int, url: String, host: String?, t
                             url: redactedURL(url), cause: cause)
     default:
         return StorageError(.unknown, "TLS certificate not trusted: the certificate of \(host) was not issued by a trusted CA "
-                                + "(X509 error \(verifyResult); trusted: \(trust)). Set JOBCTL_CA_BUNDLE to the CA certificate file "
-                                + "or hashed directory that issued it (or SSL_CERT_FILE / SSL_CERT_DIR)",
+                                + "(X509 error \(verifyResult); trusted: \(trust)). "
+                                + (trust.settingToChange.map { "Set \($0) to the CA certificate file or hashed directory that issued it" }
+                                    ?? "Set JOBCTL_CA_BUNDLE to the CA certificate file or hashed directory that issued it (or SSL_CERT_FILE / SSL_CERT_DIR)"),
                             url: redactedURL(url), cause: cause)
     }
 }

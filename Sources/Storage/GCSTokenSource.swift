@@ -26,20 +26,22 @@ final class GCSTokenSource: Sendable {
         self.init(accessToken: configuration.accessToken, tokenCommand: configuration.tokenCommand,
                   google: configuration.googleCredentials, options: configuration.curlOptions,
                   refreshMargin: configuration.tokenRefreshMargin, commandTimeLimit: commandTimeLimit,
-                  fetchTimeLimit: configuration.tokenTimeLimit, now: now)
+                  fetchTimeLimit: configuration.tokenTimeLimit, commandSetting: configuration.origins.jobName("JOBCTL_TOKEN_COMMAND"),
+                  now: now)
     }
 
     init(accessToken: String?, tokenCommand: String?, google: GoogleCredentials? = nil,
          options: CurlOptions = CurlOptions(connectTimeout: 15, stallTimeout: 60, trust: .systemDefault),
          refreshMargin: Duration = StorageConfiguration.defaultTokenRefreshMargin,
          commandTimeLimit: Duration = .seconds(60), fetchTimeLimit: Int = GoogleTokenFetcher.defaultTimeLimit,
-         now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
+         commandSetting: String = "JOBCTL_TOKEN_COMMAND", now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
         fixedToken = accessToken
         if accessToken != nil {
             cache = nil
         } else if let command = tokenCommand {
             cache = AccessTokenCache(margin: refreshMargin, now: now) { () async throws(StorageError) -> FetchedToken in
-                FetchedToken(value: try await Self.commandTokenOffPool(command, timeLimit: commandTimeLimit), lifetime: nil)
+                FetchedToken(value: try await Self.commandTokenOffPool(command, timeLimit: commandTimeLimit, setting: commandSetting),
+                             lifetime: nil)
             }
         } else if let google {
             let fetcher = GoogleTokenFetcher(credentials: google, options: options, timeLimit: fetchTimeLimit)
@@ -83,18 +85,18 @@ final class GCSTokenSource: Sendable {
     /// one of the few threads every Swift task of the process runs on, nor one of Dispatch's global
     /// threads, which Linux's libdispatch keeps near one a core and replaces slowly when blocked (the
     /// `file://` backend's I/O runs there).
-    private static func commandTokenOffPool(_ command: String, timeLimit: Duration) async throws(StorageError) -> String {
+    private static func commandTokenOffPool(_ command: String, timeLimit: Duration, setting: String) async throws(StorageError) -> String {
         let result: Result<String, StorageError> = await withCheckedContinuation { continuation in
             do throws(ThreadStartFailure) {
                 try StartedThread.start(name: "jobctl-token") {
                     do throws(StorageError) {
-                        continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit)))
+                        continuation.resume(returning: .success(try commandToken(command, timeLimit: timeLimit, setting: setting)))
                     } catch {
                         continuation.resume(returning: .failure(error))
                     }
                 }
             } catch {
-                let reason = "JOBCTL_TOKEN_COMMAND was not run: \(error)"
+                let reason = "\(setting) was not run: \(error)"
                 LocalFaults.report(reason)
                 continuation.resume(returning: .failure(StorageError(.unauthenticated, reason, retryable: true)))
             }
@@ -103,24 +105,25 @@ final class GCSTokenSource: Sendable {
     }
 
     /// Runs the token command and returns its trimmed, validated output (blocking until it ends or its
-    /// time limit stops it).
-    static func commandToken(_ command: String, timeLimit: Duration) throws(StorageError) -> String {
-        let output = try run(command, timeLimit: timeLimit)
+    /// time limit stops it). Errors name the command as `setting` (the variable, or the configuration
+    /// file's key: they are a job's errors, kept in its log), never its text.
+    static func commandToken(_ command: String, timeLimit: Duration, setting: String = "JOBCTL_TOKEN_COMMAND") throws(StorageError) -> String {
+        let output = try run(command, timeLimit: timeLimit, setting: setting)
         let token = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !token.isEmpty else {
-            throw StorageError(.unauthenticated, "JOBCTL_TOKEN_COMMAND exited 0 but printed no token",
+            throw StorageError(.unauthenticated, "\(setting) exited 0 but printed no token",
                                retryable: true)
         }
-        try BearerToken.validate(token, source: "the output of JOBCTL_TOKEN_COMMAND")
+        try BearerToken.validate(token, source: "the output of \(setting)")
         return token
     }
 
     /// Runs `command` with `/bin/sh -c` and returns its standard output; its standard error is discarded
     /// (it may echo secrets). Every failure is retryable.
-    private static func run(_ command: String, timeLimit: Duration) throws(StorageError) -> Data {
+    private static func run(_ command: String, timeLimit: Duration, setting: String) throws(StorageError) -> Data {
         func failure(_ what: String, cause: String? = nil) -> StorageError {
             StorageError(.unauthenticated,
-                         "JOBCTL_TOKEN_COMMAND \(what); its output is not shown (it may hold secrets) — run the command "
+                         "\(setting) \(what); its output is not shown (it may hold secrets) — run the command "
                              + "by hand to see why",
                          retryable: true, cause: cause)
         }

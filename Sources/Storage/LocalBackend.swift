@@ -78,7 +78,7 @@ public struct LocalBackend: StorageBackend {
     /// A backend for `file://` references using `configuration.localBucketsDirectory` and its policy.
     public init(configuration: StorageConfiguration, checkpointInterval: Int64 = LocalBackend.defaultCheckpointInterval) {
         self.configuration = configuration
-        self.policy = UploadPolicy(refusingExecutablesIn: configuration.executableUploadPolicy)
+        self.policy = configuration.uploadPolicy
         self.checkpointInterval = max(1, checkpointInterval)
     }
 

@@ -52,6 +52,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     public var slicedThreshold: Int64? = StorageConfiguration.defaultSlicedThreshold
     /// How many slices a sliced download uses: `JOBCTL_SLICES` or `worker --slices`, within `sliceCountRange`.
     public var sliceCount: Int = StorageConfiguration.defaultSliceCount
+    /// Where each setting came from, so that messages name what the user wrote (see `SettingOrigins`).
+    /// `fromEnvironment` keeps the ones it was given; a `worker` flag that replaces a value after it says so.
+    public var origins = SettingOrigins()
 
     public static let defaultChunkSize = 8 * 1024 * 1024
     /// GCS requires every chunk but the last to be a multiple of this.
@@ -108,8 +111,9 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// (comma-separated bucket names) and the CA settings (`CertificateTrust.fromEnvironment`).
     ///
     /// An unset or empty variable keeps the default; any other value is checked, and a bad one throws
-    /// `invalidArgument` (`unauthenticated` for a token) with a message naming the variable — never a
-    /// silent fallback. Tokens are never quoted.
+    /// `invalidArgument` (`unauthenticated` for a token) with a message naming the setting as `origins`
+    /// says it was given (the variable, a configuration file's key and place) — never a silent fallback.
+    /// Tokens are never quoted. The first problem `check` finds is thrown.
     ///
     /// Credentials, first found wins: `GOOGLE_OAUTH_ACCESS_TOKEN` > `JOBCTL_TOKEN_COMMAND` (both set is an
     /// error) > `GOOGLE_APPLICATION_CREDENTIALS` > `$HOME/.config/gcloud/application_default_credentials.json`
@@ -121,78 +125,126 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// here, so a bad file fails at start, naming the file and the field. `productNameFile` is for tests:
     /// users have no way to move it.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment,
-                                       localBucketsDirectory: String,
+                                       localBucketsDirectory: String, origins: SettingOrigins = SettingOrigins(),
                                        productNameFile: String = GoogleCredentials.gceProductNameFile) throws(StorageError) -> StorageConfiguration {
+        let checked = check(environment, localBucketsDirectory: localBucketsDirectory, origins: origins, productNameFile: productNameFile)
+        if let problem = checked.problems.first { throw problem.error }
+        return checked.configuration
+    }
+
+    /// The worker's start-up check of its storage settings (see `fromEnvironment`), with every problem
+    /// found rather than the first: `jobctl config` reports what the worker would refuse through this
+    /// one function, so the two cannot drift apart. Nothing here runs a token command or touches the
+    /// network: a credentials file, a CA bundle and the DMI product name are read, as at every start.
+    /// `configuration` is complete only when `problems` is empty.
+    public static func check(_ environment: [String: String], localBucketsDirectory: String, origins: SettingOrigins = SettingOrigins(),
+                             productNameFile: String = GoogleCredentials.gceProductNameFile)
+        -> (configuration: StorageConfiguration, problems: [StorageSettingProblem]) {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        let name = origins.name
+        var problems: [StorageSettingProblem] = []
+        /// `read`'s value, or nil with its error noted against `variables`.
+        func checked<Value>(_ variables: [String], read: () throws(StorageError) -> Value) -> Value? {
+            do throws(StorageError) { return try read() } catch {
+                problems.append(StorageSettingProblem(variables, error))
+                return nil
+            }
+        }
         var configuration = StorageConfiguration(localBucketsDirectory: localBucketsDirectory)
+        configuration.origins = origins
         if let buckets = value("JOBCTL_BUCKETS") {
             var isDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: buckets, isDirectory: &isDirectory), !isDirectory.boolValue {
-                throw StorageError(.invalidArgument, "JOBCTL_BUCKETS names '\(buckets)', which is a file; it must be the directory named local buckets live in")
+                problems.append(StorageSettingProblem(["JOBCTL_BUCKETS"], StorageError(.invalidArgument,
+                    "\(name("JOBCTL_BUCKETS")) names '\(buckets)', which is a file; it must be the directory named local buckets live in")))
             }
             // Taken from the folder the command started in, once: looked up again for every job, a relative
             // folder followed the worker's current directory when that was moved, and uploads made a new
             // bucket folder beside it.
             configuration.localBucketsDirectory = CurrentDirectory.anchored(buckets)
         }
-        if let emulator = value("STORAGE_EMULATOR_HOST") {
-            let endpoint = try emulatorEndpoint(emulator)
+        if let emulator = value("STORAGE_EMULATOR_HOST"),
+           let endpoint = checked(["STORAGE_EMULATOR_HOST"], read: { () throws(StorageError) in
+               try emulatorEndpoint(emulator, from: name("STORAGE_EMULATOR_HOST")) }) {
             configuration.gcsEndpoint = endpoint
             configuration.firebaseEndpoint = endpoint
             configuration.usesEmulator = true
         }
-        if let token = value("GOOGLE_OAUTH_ACCESS_TOKEN") {
-            try BearerToken.validate(token, source: "GOOGLE_OAUTH_ACCESS_TOKEN")
+        let token = value("GOOGLE_OAUTH_ACCESS_TOKEN")
+        if let token, checked(["GOOGLE_OAUTH_ACCESS_TOKEN"], read: { () throws(StorageError) in
+            try BearerToken.validate(token, source: name("GOOGLE_OAUTH_ACCESS_TOKEN")) }) != nil {
             configuration.accessToken = token
         }
-        if let command = value("JOBCTL_TOKEN_COMMAND") {
-            configuration.tokenCommand = try tokenCommand(parsing: command)
-        }
-        if configuration.accessToken != nil && configuration.tokenCommand != nil {
-            throw StorageError(.invalidArgument,
-                               "both GOOGLE_OAUTH_ACCESS_TOKEN and JOBCTL_TOKEN_COMMAND are set, and only one can be used; unset one of them")
-        }
-        if configuration.accessToken == nil && configuration.tokenCommand == nil {
-            configuration.googleCredentials = try googleCredentials(environment, usesEmulator: configuration.usesEmulator,
-                                                                    productNameFile: productNameFile)
-        }
-        if let text = value("JOBCTL_CHUNK_SIZE") {
-            configuration.chunkSize = try chunkSize(parsing: text)
-        }
-        if let text = value("JOBCTL_RESUMABLE_THRESHOLD") {
-            configuration.singleRequestLimit = try resumableThreshold(parsing: text)
-        }
-        if let text = value("JOBCTL_STALL_TIMEOUT") {
-            configuration.stallTimeout = try stallTimeout(parsing: text, from: "JOBCTL_STALL_TIMEOUT")
-        }
-        if let text = value("JOBCTL_MIN_RATE") {
-            configuration.minRate = try minRate(parsing: text, from: "JOBCTL_MIN_RATE")
-        }
-        if let text = value("JOBCTL_SLICED_THRESHOLD") {
-            configuration.slicedThreshold = try slicedThreshold(parsing: text, from: "JOBCTL_SLICED_THRESHOLD")
-        }
-        if let text = value("JOBCTL_SLICES") {
-            configuration.sliceCount = try sliceCount(parsing: text, from: "JOBCTL_SLICES")
-        }
-        if let list = value("JOBCTL_REFUSE_EXECUTABLES") {
-            configuration.executableUploadPolicy = try bucketList(list, variable: "JOBCTL_REFUSE_EXECUTABLES")
-        }
-        configuration.certificateTrust = try CertificateTrust.fromEnvironment(environment)
-        for variable in ProxyEnvironment.variables where !variable.lowercased().hasPrefix("no_") {
-            if let set = value(variable), let problem = ProxyEnvironment.problem(set) {
-                throw StorageError(.invalidArgument, "$\(variable) is '\(ProxyEnvironment.redacted(set))', which libcurl cannot use as a "
-                    + "proxy: \(problem); write [http://|https://|socks5h://…][user:password@]host[:port]")
+        let command = value("JOBCTL_TOKEN_COMMAND")
+        if let command {
+            configuration.tokenCommand = checked(["JOBCTL_TOKEN_COMMAND"]) { () throws(StorageError) in
+                try tokenCommand(parsing: command, from: name("JOBCTL_TOKEN_COMMAND"))
             }
         }
-        return configuration
+        if token != nil && command != nil {
+            problems.append(StorageSettingProblem(["GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"], StorageError(.invalidArgument,
+                "both \(name("GOOGLE_OAUTH_ACCESS_TOKEN")) and \(name("JOBCTL_TOKEN_COMMAND")) are set, and only one can be used; "
+                    + "keep one of them")))
+        }
+        // Not read when a token or a token command is given, even one refused above (as a worker never read it).
+        if token == nil && command == nil {
+            // A problem there is one variable's when GOOGLE_APPLICATION_CREDENTIALS is set; the gcloud file's
+            // and GCE_METADATA_HOST's messages name what they are about.
+            let named = value("GOOGLE_APPLICATION_CREDENTIALS") != nil ? ["GOOGLE_APPLICATION_CREDENTIALS"] : []
+            configuration.googleCredentials = checked(named) { () throws(StorageError) in
+                try googleCredentials(environment, usesEmulator: configuration.usesEmulator, productNameFile: productNameFile,
+                                      origins: origins)
+            } ?? nil
+        }
+        if let text = value("JOBCTL_CHUNK_SIZE"), let size = checked(["JOBCTL_CHUNK_SIZE"], read: { () throws(StorageError) in
+            try chunkSize(parsing: text, from: name("JOBCTL_CHUNK_SIZE")) }) {
+            configuration.chunkSize = size
+        }
+        if let text = value("JOBCTL_RESUMABLE_THRESHOLD"), let limit = checked(["JOBCTL_RESUMABLE_THRESHOLD"], read: { () throws(StorageError) in
+            try resumableThreshold(parsing: text, from: name("JOBCTL_RESUMABLE_THRESHOLD")) }) {
+            configuration.singleRequestLimit = limit
+        }
+        if let text = value("JOBCTL_STALL_TIMEOUT"), let seconds = checked(["JOBCTL_STALL_TIMEOUT"], read: { () throws(StorageError) in
+            try stallTimeout(parsing: text, from: name("JOBCTL_STALL_TIMEOUT")) }) {
+            configuration.stallTimeout = seconds
+        }
+        if let text = value("JOBCTL_MIN_RATE"), let rate = checked(["JOBCTL_MIN_RATE"], read: { () throws(StorageError) in
+            try minRate(parsing: text, from: name("JOBCTL_MIN_RATE")) }) {
+            configuration.minRate = rate
+        }
+        if let text = value("JOBCTL_SLICED_THRESHOLD"), let threshold = checked(["JOBCTL_SLICED_THRESHOLD"], read: { () throws(StorageError) in
+            try slicedThreshold(parsing: text, from: name("JOBCTL_SLICED_THRESHOLD")) }) {
+            configuration.slicedThreshold = threshold
+        }
+        if let text = value("JOBCTL_SLICES"), let count = checked(["JOBCTL_SLICES"], read: { () throws(StorageError) in
+            try sliceCount(parsing: text, from: name("JOBCTL_SLICES")) }) {
+            configuration.sliceCount = count
+        }
+        if let list = value("JOBCTL_REFUSE_EXECUTABLES"), let entries = checked(["JOBCTL_REFUSE_EXECUTABLES"], read: { () throws(StorageError) in
+            try bucketList(list, from: name("JOBCTL_REFUSE_EXECUTABLES")) }) {
+            configuration.executableUploadPolicy = entries
+        }
+        // JOBCTL_CA_BUNDLE alone when set; otherwise SSL_CERT_FILE or SSL_CERT_DIR, which the message names.
+        if let trust = checked(value("JOBCTL_CA_BUNDLE") != nil ? ["JOBCTL_CA_BUNDLE"] : [], read: { () throws(StorageError) in
+            try CertificateTrust.fromEnvironment(environment, origins: origins) }) {
+            configuration.certificateTrust = trust
+        }
+        for variable in ProxyEnvironment.variables where !variable.lowercased().hasPrefix("no_") {
+            if let set = value(variable), let problem = ProxyEnvironment.problem(set) {
+                problems.append(StorageSettingProblem([variable], StorageError(.invalidArgument,
+                    "$\(variable) is '\(ProxyEnvironment.redacted(set))', which libcurl cannot use as a "
+                        + "proxy: \(problem); write [http://|https://|socks5h://…][user:password@]host[:port]")))
+            }
+        }
+        return (configuration, problems)
     }
 
     /// The Google credentials the environment names, if any (see `fromEnvironment` for the order).
     static func googleCredentials(_ environment: [String: String], usesEmulator: Bool,
-                                  productNameFile: String) throws(StorageError) -> GoogleCredentials? {
+                                  productNameFile: String, origins: SettingOrigins = SettingOrigins()) throws(StorageError) -> GoogleCredentials? {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         if let path = value("GOOGLE_APPLICATION_CREDENTIALS") {
-            return try GoogleCredentials.load(file: path, source: "GOOGLE_APPLICATION_CREDENTIALS")
+            return try GoogleCredentials.load(file: path, source: origins.name("GOOGLE_APPLICATION_CREDENTIALS"))
         }
         // A relative HOME would take the credentials of whatever folder the worker runs in.
         if !usesEmulator, let home = value("HOME"), home.hasPrefix("/") {
@@ -213,29 +265,31 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     // MARK: - Parsing single settings
 
     /// Checks the form of one environment setting's `value` as `fromEnvironment` reads it — a size, a
-    /// duration, a count, an endpoint, a list — without looking at files or the network (a credentials
-    /// file or a CA bundle is checked where it is used: another user may be the one able to read it).
-    /// Variables with no form to check pass. Throws the error `fromEnvironment` would.
-    public static func checkForm(of variable: String, value text: String) throws(StorageError) {
+    /// duration, a count, an endpoint, a list — without looking at files or the network (what a path
+    /// names is `check`'s, which `jobctl config` runs as the worker does). Variables with no form to check
+    /// pass. Throws the error `fromEnvironment` would, naming the setting `name` (the variable unless given:
+    /// a configuration file's key is named as the file spells it).
+    public static func checkForm(of variable: String, value text: String, name: String? = nil) throws(StorageError) {
         guard !text.isEmpty else { return }
+        let name = name ?? variable
         switch variable {
-        case "JOBCTL_CHUNK_SIZE": _ = try chunkSize(parsing: text)
-        case "JOBCTL_RESUMABLE_THRESHOLD": _ = try resumableThreshold(parsing: text)
-        case "JOBCTL_STALL_TIMEOUT": _ = try stallTimeout(parsing: text, from: variable)
-        case "JOBCTL_MIN_RATE": _ = try minRate(parsing: text, from: variable)
-        case "JOBCTL_SLICED_THRESHOLD": _ = try slicedThreshold(parsing: text, from: variable)
-        case "JOBCTL_SLICES": _ = try sliceCount(parsing: text, from: variable)
-        case "JOBCTL_REFUSE_EXECUTABLES": _ = try bucketList(text, variable: variable)
-        case "STORAGE_EMULATOR_HOST": _ = try emulatorEndpoint(text)
-        case "JOBCTL_TOKEN_COMMAND": _ = try tokenCommand(parsing: text)
+        case "JOBCTL_CHUNK_SIZE": _ = try chunkSize(parsing: text, from: name)
+        case "JOBCTL_RESUMABLE_THRESHOLD": _ = try resumableThreshold(parsing: text, from: name)
+        case "JOBCTL_STALL_TIMEOUT": _ = try stallTimeout(parsing: text, from: name)
+        case "JOBCTL_MIN_RATE": _ = try minRate(parsing: text, from: name)
+        case "JOBCTL_SLICED_THRESHOLD": _ = try slicedThreshold(parsing: text, from: name)
+        case "JOBCTL_SLICES": _ = try sliceCount(parsing: text, from: name)
+        case "JOBCTL_REFUSE_EXECUTABLES": _ = try bucketList(text, from: name)
+        case "STORAGE_EMULATOR_HOST": _ = try emulatorEndpoint(text, from: name)
+        case "JOBCTL_TOKEN_COMMAND": _ = try tokenCommand(parsing: text, from: name)
         default: break
         }
     }
 
-    /// A `JOBCTL_TOKEN_COMMAND` value: any command but a blank one.
-    static func tokenCommand(parsing text: String) throws(StorageError) -> String {
+    /// A `JOBCTL_TOKEN_COMMAND` value: any command but a blank one. Never quoted (it may hold a secret).
+    static func tokenCommand(parsing text: String, from source: String = "JOBCTL_TOKEN_COMMAND") throws(StorageError) -> String {
         guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-            throw StorageError(.invalidArgument, "JOBCTL_TOKEN_COMMAND is blank; set it to a command that prints an access token, or unset it")
+            throw StorageError(.invalidArgument, "\(source) is blank; set it to a command that prints an access token, or unset it")
         }
         return text
     }
@@ -246,25 +300,26 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     /// The largest GCS upload sent in one request (`5MiB`, `0`, `off`), within `resumableThresholdRange`
     /// (gcloud storage's `resumable_threshold`). The chunk size caps it where it is smaller.
-    public static func resumableThreshold(parsing text: String) throws(StorageError) -> Int {
+    public static func resumableThreshold(parsing text: String, from source: String = "JOBCTL_RESUMABLE_THRESHOLD") throws(StorageError) -> Int {
         if DecimalText.trimmed(text).lowercased() == "off" { return 0 }
         guard let bytes = sizeOrTooLarge(text) else {
             throw StorageError(.invalidArgument,
-                               "JOBCTL_RESUMABLE_THRESHOLD must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'\(ByteSize.grammarNote(for: text))")
+                               "\(source) must be a size like 5MiB, or 0 or off to send every upload in a resumable session, not '\(text)'\(ByteSize.grammarNote(for: text))")
         }
         guard resumableThresholdRange.contains(bytes) else {
-            throw StorageError(.invalidArgument, "JOBCTL_RESUMABLE_THRESHOLD must be between 0 and 1 GiB, not '\(text)'")
+            throw StorageError(.invalidArgument, "\(source) must be between 0 and 1 GiB, not '\(text)'")
         }
         return Int(bytes)
     }
 
-    /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB.
-    public static func chunkSize(parsing text: String) throws(StorageError) -> Int {
+    /// A chunk size (`8MiB`, `8388608`) within `chunkSizeRange`, rounded down to a multiple of 256 KiB;
+    /// `source` names where the text came from in the error.
+    public static func chunkSize(parsing text: String, from source: String = "JOBCTL_CHUNK_SIZE") throws(StorageError) -> Int {
         guard let bytes = sizeOrTooLarge(text) else {
-            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be a size like 8MiB or 8388608 (bytes), not '\(text)'\(ByteSize.grammarNote(for: text))")
+            throw StorageError(.invalidArgument, "\(source) must be a size like 8MiB or 8388608 (bytes), not '\(text)'\(ByteSize.grammarNote(for: text))")
         }
         guard bytes >= Int64(chunkSizeRange.lowerBound), bytes <= Int64(chunkSizeRange.upperBound) else {
-            throw StorageError(.invalidArgument, "JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '\(text)'")
+            throw StorageError(.invalidArgument, "\(source) must be between 256 KiB and 1 GiB, not '\(text)'")
         }
         return Int(bytes) / chunkQuantum * chunkQuantum
     }
@@ -348,10 +403,10 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
 
     /// `host:port` or `http(s)://host[:port]` (a trailing `/` allowed), as Google's clients read
     /// `STORAGE_EMULATOR_HOST`; returns `scheme://host[:port]`.
-    static func emulatorEndpoint(_ text: String) throws(StorageError) -> String {
+    static func emulatorEndpoint(_ text: String, from source: String = "STORAGE_EMULATOR_HOST") throws(StorageError) -> String {
         var endpoint = text.contains("://") ? text : "http://" + text
         while endpoint.hasSuffix("/") { endpoint.removeLast() }
-        let problem = "STORAGE_EMULATOR_HOST must be HOST:PORT or http(s)://HOST:PORT, not '\(SecretRedaction.redactEndpoint(text))'"
+        let problem = "\(source) must be HOST:PORT or http(s)://HOST:PORT, not '\(SecretRedaction.redactEndpoint(text))'"
         guard let reference = try? StorageReference(parsing: endpoint + "/") else {
             throw StorageError(.invalidArgument, problem)
         }
@@ -363,14 +418,14 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     }
 
     /// Comma-separated bucket names (or `*`), each checked; blanks around names are ignored.
-    private static func bucketList(_ text: String, variable: String) throws(StorageError) -> Set<String> {
+    private static func bucketList(_ text: String, from source: String) throws(StorageError) -> Set<String> {
         var buckets: Set<String> = []
         for entry in text.split(separator: ",", omittingEmptySubsequences: false) {
             let name = entry.trimmingCharacters(in: .whitespaces)
             let valid = UploadPolicy.isValidEntry(name)
             guard valid else {
                 throw StorageError(.invalidArgument,
-                                   "\(variable) lists entries separated by commas: * for all, a bucket or host name, gs://BUCKET, file://NAME, file:///DIR or /DIR, http(s)://HOST[:PORT], or SCHEME://*; '\(name)' is none of them")
+                                   "\(source) lists entries separated by commas: * for all, a bucket or host name, gs://BUCKET, file://NAME, file:///DIR or /DIR, http(s)://HOST[:PORT], or SCHEME://*; '\(name)' is none of them")
             }
             buckets.insert(name)
         }
@@ -382,8 +437,17 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// The per-exchange settings the curl engine applies.
     var curlOptions: CurlOptions {
         // A limit below one second would fail every exchange at its first progress tick.
-        CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust, bandwidth: bandwidth,
-                    minRate: max(0, minRate))
+        var options = CurlOptions(connectTimeout: connectTimeout, stallTimeout: max(1, stallTimeout), trust: certificateTrust,
+                                  bandwidth: bandwidth, minRate: max(0, minRate))
+        options.stallTimeoutSetting = limitSetting("JOBCTL_STALL_TIMEOUT", flag: "--stall-timeout")
+        options.minRateSetting = limitSetting("JOBCTL_MIN_RATE", flag: "--min-rate")
+        return options
+    }
+
+    /// What a job's message says set a limit: the configuration file's key when it did (a user who wrote
+    /// `stall_timeout:` there was told of JOBCTL_STALL_TIMEOUT), otherwise the flag and the variable that can.
+    private func limitSetting(_ variable: String, flag: String) -> String {
+        origins.isFromFile(variable) ? origins.jobName(variable) : "worker \(flag) or \(variable)"
     }
 
     public var description: String {

@@ -22,11 +22,16 @@ public struct UploadPolicy: Sendable, Equatable {
 
     /// The configured entries (see the type's documentation); empty allows everything.
     public let refusingBuckets: Set<String>
+    /// How a refusal names the setting that lists the entries: `JOBCTL_REFUSE_EXECUTABLES`, or "the
+    /// configuration file's refuse_executables" when the file set it (`SettingOrigins.jobName`: the
+    /// refusal is a job's error, kept in the event log, so no path or line of this machine's file).
+    public let setting: String
 
     /// A policy refusing executables in `buckets` (entries as documented on the type); an empty set
     /// allows everything.
-    public init(refusingExecutablesIn buckets: Set<String>) {
+    public init(refusingExecutablesIn buckets: Set<String>, setting: String = "JOBCTL_REFUSE_EXECUTABLES") {
         refusingBuckets = Set(buckets.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
+        self.setting = setting
     }
 
     /// Throws `unauthorized` when `reference` is a destination that refuses executables and either the
@@ -39,8 +44,8 @@ public struct UploadPolicy: Sendable, Equatable {
             guard let ext = Self.executableExtension(of: name) else { continue }
             throw StorageError(.unauthorized,
                                "\(Self.destinationDescription(reference)) refuses executable uploads (.\(ext)): "
-                                   + "JOBCTL_REFUSE_EXECUTABLES lists '\(entry)', mirroring the Firebase free plan — "
-                                   + "take that entry out of JOBCTL_REFUSE_EXECUTABLES to allow them")
+                                   + "\(setting) lists '\(entry)', mirroring the Firebase free plan — "
+                                   + "take that entry out of \(setting) to allow them")
         }
     }
 
@@ -137,8 +142,9 @@ public struct UploadPolicy: Sendable, Equatable {
 }
 
 extension StorageConfiguration {
-    /// The executable-upload policy from `executableUploadPolicy` (`JOBCTL_REFUSE_EXECUTABLES`).
+    /// The executable-upload policy from `executableUploadPolicy` (`JOBCTL_REFUSE_EXECUTABLES`, or the
+    /// configuration file's `refuse_executables`, named so in its refusals).
     public var uploadPolicy: UploadPolicy {
-        UploadPolicy(refusingExecutablesIn: executableUploadPolicy)
+        UploadPolicy(refusingExecutablesIn: executableUploadPolicy, setting: origins.jobName("JOBCTL_REFUSE_EXECUTABLES"))
     }
 }

@@ -142,9 +142,14 @@ struct ParsedArguments: Sendable {
         return try option.parse(text)
     }
 
+    /// The options `fillIfAbsent` set: a message about one names the file's key, not the flag.
+    private(set) var filledFromFile: Set<String> = []
+
     /// Sets an option's values when the command line did not give it (a configuration file's setting).
     mutating func fillIfAbsent(_ long: String, _ texts: [String]) {
-        if values[long] == nil { values[long] = texts }
+        guard values[long] == nil else { return }
+        values[long] = texts
+        filledFromFile.insert(long)
     }
 
     /// Every value of a repeatable option, parsed.

@@ -233,8 +233,7 @@ extension Commands {
         guard !candidates.finished.isEmpty else { return }
         let backend: StorageRouter
         do throws(StorageError) {
-            backend = StorageRouter(configuration: try StorageConfiguration.fromEnvironment(
-                context.environment, localBucketsDirectory: context.localBucketsDirectory))
+            backend = StorageRouter(configuration: try context.storageConfiguration())
         } catch {
             emitError("warning: the archived jobs' leftover files were not looked for: \(error.message)")
             return

@@ -27,7 +27,7 @@ extension Commands {
         let store = try context.openStore(readOnly: true)
         let storage: StorageConfiguration
         do throws(StorageError) {
-            storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
+            storage = try context.storageConfiguration()
         } catch { throw CommandFailure(error.message) }
         let backend = StorageRouter(configuration: storage)
         let found = try Orphans.find(in: store, backend: backend)

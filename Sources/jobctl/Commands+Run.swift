@@ -102,10 +102,17 @@ extension Commands {
         // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
         var storage: StorageConfiguration
         do throws(StorageError) {
-            storage = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
+            storage = try context.storageConfiguration()
         } catch { throw CommandFailure(error.message) }
-        if let stall = try arguments.value(Options.stallTimeout) { storage.stallTimeout = stall }
-        if let rate = try arguments.value(Options.minRate) { storage.minRate = rate }
+        // A flag wins over the variable (and the file); a job's message about the limit names it then.
+        if let stall = try arguments.value(Options.stallTimeout) {
+            storage.stallTimeout = stall
+            storage.origins["JOBCTL_STALL_TIMEOUT"] = .flag("--stall-timeout")
+        }
+        if let rate = try arguments.value(Options.minRate) {
+            storage.minRate = rate
+            storage.origins["JOBCTL_MIN_RATE"] = .flag("--min-rate")
+        }
         if let rate = try arguments.value(Options.bandwidthLimit) { storage.bandwidth = SharedBandwidth(rate: rate) }
         if let threshold = try arguments.value(Options.slicedThreshold) { storage.slicedThreshold = threshold }
         if let count = try arguments.value(Options.slices) { storage.sliceCount = count }
@@ -116,7 +123,9 @@ extension Commands {
         } catch { throw CommandFailure(error.message) }
         let metricsAddress = try arguments.value(Options.metrics)
         if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
-            throw UsageError("--metrics \(metricsAddress) is not a loopback address and the endpoint has no authentication; "
+            // Named as given: `metrics:` at its place in a configuration file, or --metrics.
+            let named = context.configuration.name(of: Options.metrics.spec, given: arguments)
+            throw UsageError("\(named) \(metricsAddress) is not a loopback address and the endpoint has no authentication; "
                              + "use 127.0.0.1, or add --metrics-allow-remote to serve it on \(metricsAddress.host) anyway")
         }
         if metricsAddress == nil, arguments[Options.metricsAllowRemote] { throw UsageError("--metrics-allow-remote needs --metrics HOST:PORT") }

@@ -298,7 +298,7 @@ extension Commands {
     static func expandPrefixes(_ jobs: [ManifestJob],
                                context: Context) throws -> (specs: [JobSpec], origins: [Int], failures: [String], notes: [String]) {
         guard jobs.contains(where: { $0.prefixExpansion != nil }) else { return (jobs.map(\.spec), Array(jobs.indices), [], []) }
-        let configuration = try StorageConfiguration.fromEnvironment(context.environment, localBucketsDirectory: context.localBucketsDirectory)
+        let configuration = try context.storageConfiguration()
         let lister = ObjectLister(configuration: configuration)
         var specs: [JobSpec] = []
         var origins: [Int] = []

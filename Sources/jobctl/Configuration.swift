@@ -47,18 +47,34 @@ struct Setting: Sendable {
 
     /// What is wrong with `value` for the environment variable `variable`, as the program that reads it
     /// would refuse it (storage settings: the worker; the database answer limit: every PostgreSQL
-    /// command), or nil when it is fine or not checked by form.
-    static func formProblem(of variable: String, value: String) -> (message: String, refusedBy: String)? {
+    /// command), or nil when it is fine or not checked by form. The message names the setting `name`:
+    /// the variable unless given (a configuration file's key, as the file spells it).
+    static func formProblem(of variable: String, value: String, name: String? = nil) -> (message: String, refusedBy: String)? {
         if variable == Context.answerTimeoutVariable {
-            do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: value) } catch {
+            do throws(UsageError) { _ = try Context.answerTimeoutMs(parsing: value, name: name ?? variable) } catch {
                 return (error.message, "a command on PostgreSQL")
             }
             return nil
         }
-        do throws(StorageError) { try StorageConfiguration.checkForm(of: variable, value: value) } catch {
+        do throws(StorageError) { try StorageConfiguration.checkForm(of: variable, value: value, name: name) } catch {
             return (error.message, "the worker")
         }
         return nil
+    }
+
+    /// A flag's refusal of a file's `value` for `key`, naming the key where it names the flag: checked as
+    /// the flag is, the message said "--concurrency 0 is out of range" of a file that says `concurrency: 0`.
+    static func optionProblem(_ message: String, flag: String, key: String) -> String {
+        var named = ""
+        var rest = Substring(message)
+        while let found = rest.range(of: flag) {
+            let next = rest[found.upperBound...].first
+            let whole = next.map { !($0.isLetter || $0.isNumber || $0 == "-") } ?? true
+            named += rest[..<found.lowerBound] + (whole ? key : flag)
+            rest = rest[found.upperBound...]
+        }
+        named += rest
+        return named == message ? "\(key): \(message)" : named
     }
 
     /// The keys whose value is a local path (`db` unless a PostgreSQL URL).
@@ -163,13 +179,15 @@ struct Configuration: Sendable {
                 case .option(let spec):
                     for value in entry.values {
                         do { try spec.validate?(value) } catch {
-                            problems.append("\(place): error: \(entry.key): \(String(describing: error))")
+                            let message = (error as? UsageError)?.message ?? String(describing: error)
+                            problems.append("\(place): error: \(Setting.optionProblem(message, flag: "--\(spec.long)", key: entry.key))")
                         }
                     }
                 case .environment(let variable):
-                    // Its form, as the program reads the variable it stands for (files are checked where used).
-                    if let problem = Setting.formProblem(of: variable, value: entry.values.joined(separator: ",")) {
-                        problems.append("\(place): error: \(entry.key): \(problem.message)")
+                    // Its form, as the program reads the variable it stands for, named as the file names it
+                    // (what a path names is checked where the worker checks it: `StorageConfiguration.check`).
+                    if let problem = Setting.formProblem(of: variable, value: entry.values.joined(separator: ","), name: entry.key) {
+                        problems.append("\(place): error: \(problem.message)")
                     }
                 }
                 if let problem = Setting.relativePathProblem(key: entry.key, value: entry.values.joined(separator: ",")) {
@@ -193,6 +211,26 @@ struct Configuration: Sendable {
             merged[variable] = value.values.joined(separator: ",")
         }
         return merged
+    }
+
+    /// Where each environment-backed storage setting in `environment(over:)` came from: the file's key and
+    /// place for the ones it filled in, the environment for the rest. Messages name what the user wrote.
+    func origins(over environment: [String: String]) -> SettingOrigins {
+        var origins = SettingOrigins()
+        for setting in Setting.all {
+            guard case .environment(let variable) = setting.route, let value = fileValues[setting.key],
+                  (environment[variable] ?? "").isEmpty else { continue }
+            origins[variable] = .file(key: setting.key, place: value.source)
+        }
+        return origins
+    }
+
+    /// How a worker's message names a flag-backed setting: `--flag` when given on the command line (or
+    /// not at all), the file's `KEY (FILE:LINE:COL)` when the file filled it in (see `arguments`).
+    func name(of spec: OptionSpec, given arguments: ParsedArguments) -> String {
+        guard let setting = Setting.all.first(where: { if case .option(let option) = $0.route { option.long == spec.long } else { false } }),
+              let value = fileValues[setting.key], arguments.filledFromFile.contains(spec.long) else { return "--\(spec.long)" }
+        return "\(setting.key) (\(value.source))"
     }
 
     /// `arguments` with every flag-backed setting the file sets and was not given, for `jobctl worker`
@@ -303,6 +341,25 @@ struct ConfigurationError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+// MARK: - The storage settings
+
+extension Context {
+    /// Where each storage setting came from: the configuration file for those it filled in.
+    var settingOrigins: SettingOrigins { configuration.origins(over: processEnvironment) }
+
+    /// The storage settings of every command that touches storage (the worker, `submit`'s listings,
+    /// `orphans`, `archive`'s leftovers), checked as `StorageConfiguration.check` does: a bad one throws,
+    /// named as the user gave it (the variable, or the file's key and place).
+    func storageConfiguration() throws(StorageError) -> StorageConfiguration {
+        try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: localBucketsDirectory, origins: settingOrigins)
+    }
+
+    /// The same check with every problem it finds: what `jobctl config` reports.
+    func storageCheck() -> (configuration: StorageConfiguration, problems: [StorageSettingProblem]) {
+        StorageConfiguration.check(environment, localBucketsDirectory: localBucketsDirectory, origins: settingOrigins)
+    }
+}
+
 // MARK: - jobctl config
 
 /// The proxy variables libcurl reads from the environment (not settings of the file: libcurl reads the
@@ -373,21 +430,22 @@ extension Commands {
             }
             return Row(key: setting.key, value: value, source: source, variable: setting.routeName)
         } + proxyRows(processEnvironment).map { Row(key: $0.key, value: $0.value, source: $0.source, variable: $0.key) }
-        // A value from the environment that the worker would refuse is not in effect: it is shown as set,
-        // named on standard error with the worker's own message, and the exit status is the worker's (1).
+        // A value the worker would refuse is not in effect: it is shown as set, named on standard error
+        // with the worker's own message — found by the check the worker runs at start, so the two cannot
+        // disagree — and the exit status is the worker's (1). A value from the environment is named by its
+        // variable, one from the file by its key and FILE:LINE:COL; no secret is quoted.
         var problems: [String] = []
-        for setting in Setting.all {
-            guard case .environment(let variable) = setting.route, let set = processEnvironment[variable], !set.isEmpty else { continue }
-            if let problem = Setting.formProblem(of: variable, value: set) {
-                problems.append("jobctl config: $\(variable): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it")
-            }
+        let answerTimeout = Context.answerTimeoutVariable
+        if let set = processEnvironment[answerTimeout], !set.isEmpty, let problem = Setting.formProblem(of: answerTimeout, value: set) {
+            problems.append("jobctl config: $\(answerTimeout): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it")
         }
-        for variable in ProxyEnvironment.variables where !variable.lowercased().hasPrefix("no_") {
-            if let set = processEnvironment[variable], !set.isEmpty, let problem = ProxyEnvironment.problem(set) {
-                problems.append("jobctl config: $\(variable): libcurl cannot use '\(ProxyEnvironment.redacted(set))' as a proxy: "
-                                + "\(problem); the worker will not start with it")
-            }
+        let origins = context.settingOrigins
+        for problem in context.storageCheck().problems {
+            let environmentVariable = problem.variables.count == 1 && origins[problem.variables[0]] == .environment ? problem.variables.first : nil
+            problems.append("jobctl config: \(environmentVariable.map { "$\($0): " } ?? "")\(TerminalText.clipped(problem.error.message)); "
+                            + "the worker will not start with it")
         }
+        problems = problems.map(TerminalText.printable)
         let status = problems.isEmpty ? ExitCode.ok : ExitCode.failure
         if arguments[Options.json] {
             struct View: Encodable { let files: [String]; let settings: [Row] }

@@ -115,13 +115,15 @@ struct Context: Sendable {
 
     /// A duration of 1 s to 1 day (`45s`, `2m`), or `0` (`0s`, any zero duration) / `off` for no limit. Read
     /// as every duration is (`DurationText`: spaces and tabs around ignored, a no-break space refused).
-    static func answerTimeoutMs(parsing text: String) throws(UsageError) -> Int64? {
+    /// The error names the setting `name`: the variable, or a configuration file's key.
+    static func answerTimeoutMs(parsing text: String, name: String = answerTimeoutVariable) throws(UsageError) -> Int64? {
         let trimmed = DecimalText.trimmed(text).lowercased()
         if trimmed == "0" || trimmed == "off" { return nil }
         let reading = DurationText.read(trimmed)
         if reading == .milliseconds(0) { return nil }
         guard case .milliseconds(let ms) = reading, (1_000...86_400_000).contains(ms) else {
-            throw UsageError("\(answerTimeoutVariable)=\(text) is not a duration of 1s to 1d (e.g. 30s, 2m) or 0/off for no limit")
+            let given = name == answerTimeoutVariable ? "\(name)=\(text)" : "\(name) '\(text)'"
+            throw UsageError("\(given) is not a duration of 1s to 1d (e.g. 30s, 2m) or 0/off for no limit")
         }
         return ms
     }

@@ -100,6 +100,138 @@ import TestSupport
         #expect(good.status == 0 && good.stderr.isEmpty, "\(good.stderr)")
     }
 
+    /// `config` said exit 0 for settings the worker refuses at start (it checked only what parses): an
+    /// empty CA bundle, a credentials file that is not there, a token and a token command both set, a
+    /// token that is no bearer token, buckets that are a file. It runs the worker's own check now: each is
+    /// named with the worker's message, exit 1, no secret quoted, and the token command is not run.
+    @Test("config refuses what the worker refuses at start, with its message, exit 1, and runs no token command",
+          arguments: ["ca_bundle", "credentials", "token_and_command", "token", "buckets"])
+    func workerStartChecks(_ problem: String) throws {
+        let workspace = try CLIWorkspace("config-start-\(problem)")
+        defer { workspace.directory.remove() }
+        let ran = workspace.directory.file("token-command-ran")
+        let command = "touch '\(ran)'; echo S3CR3T-command"
+        var environment = ["JOBCTL_DB": workspace.database, "HOME": workspace.directory.path]
+        let expected: String
+        switch problem {
+        case "ca_bundle":
+            environment["JOBCTL_CA_BUNDLE"] = try workspace.write("empty.pem", "")
+            expected = "$JOBCTL_CA_BUNDLE: JOBCTL_CA_BUNDLE names '\(workspace.directory.file("empty.pem"))', which holds no PEM certificate"
+        case "credentials":
+            environment["GOOGLE_APPLICATION_CREDENTIALS"] = workspace.directory.file("missing.json")
+            expected = "$GOOGLE_APPLICATION_CREDENTIALS: GOOGLE_APPLICATION_CREDENTIALS names \(workspace.directory.file("missing.json")), which cannot be read"
+        case "token_and_command":
+            environment["GOOGLE_OAUTH_ACCESS_TOKEN"] = "S3CR3T-token"
+            environment["JOBCTL_TOKEN_COMMAND"] = command
+            expected = "both GOOGLE_OAUTH_ACCESS_TOKEN and JOBCTL_TOKEN_COMMAND are set"
+        case "token":
+            environment["GOOGLE_OAUTH_ACCESS_TOKEN"] = "S3CR3T token"
+            expected = "$GOOGLE_OAUTH_ACCESS_TOKEN: GOOGLE_OAUTH_ACCESS_TOKEN is not a usable bearer token"
+        default:
+            environment["JOBCTL_BUCKETS"] = try workspace.write("plain-file", "x")
+            expected = "$JOBCTL_BUCKETS: JOBCTL_BUCKETS names '\(workspace.directory.file("plain-file"))', which is a file"
+        }
+        for arguments in [["config"], ["config", "--json"]] {
+            let config = try Self.run(workspace, arguments, environment: environment)
+            #expect(config.status == 1, "\(arguments): \(config.stderr)")
+            #expect(config.stderr.contains("jobctl config: ") && config.stderr.contains(expected)
+                        && config.stderr.contains("the worker will not start with it"), "\(arguments): \(config.stderr)")
+            #expect(!(config.stdout + config.stderr).contains("S3CR3T"), "\(arguments): \(config.stdout)\(config.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: ran), "config ran the token command")
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file:///\(workspace.directory.file("x.txt"))\"}\n")
+        let worker = try Self.run(workspace, ["worker", "--drain"], environment: environment)
+        #expect(worker.status == 1, "\(worker.stderr)")
+        #expect(worker.stderr.contains(expected.replacingOccurrences(of: #"^\$[A-Z_]+: "#, with: "", options: .regularExpression)),
+                "\(worker.stderr)")
+        #expect(!worker.stderr.contains("S3CR3T"), "\(worker.stderr)")
+        // Every problem is named, not the first only.
+        var two = environment
+        two["JOBCTL_SLICES"] = "99"
+        let both = try Self.run(workspace, ["config"], environment: two)
+        #expect(both.status == 1 && both.stderr.contains(expected) && both.stderr.contains("$JOBCTL_SLICES: JOBCTL_SLICES must be"),
+                "\(both.stderr)")
+    }
+
+    /// Settings a configuration file gave reach the program through the environment, and every message
+    /// named the variable: "JOBCTL_CA_BUNDLE names '…/ca.pem'", "slices: JOBCTL_SLICES must be…",
+    /// "concurrency: --concurrency 0 is out of range". They name the file's key at FILE:LINE:COL now, in
+    /// what `config` reports and in what stops the worker.
+    @Test("a problem with a file's setting names its key and FILE:LINE:COL, never the variable or flag it stands for")
+    func fileSettingsNamedAsWritten() throws {
+        let workspace = try CLIWorkspace("config-file-names")
+        defer { workspace.directory.remove() }
+        let ran = workspace.directory.file("token-command-ran")
+        let empty = try workspace.write("empty.pem", "")
+        let missing = workspace.directory.file("missing.json")
+        let bucketsFile = try workspace.write("plain-file", "x")
+        let file = try workspace.write("c.yaml", """
+            ca_bundle: \(empty)
+            google_application_credentials: \(missing)
+            token_command: touch '\(ran)'; echo S3CR3T-command
+            buckets: \(bucketsFile)
+            metrics: 0.0.0.0:9464
+            """)
+        let environment = ["JOBCTL_DB": workspace.database, "HOME": workspace.directory.path, "GOOGLE_OAUTH_ACCESS_TOKEN": "S3CR3T-token",
+                           "JOBCTL_CA_BUNDLE": "", "JOBCTL_BUCKETS": "", "JOBCTL_TOKEN_COMMAND": "", "GOOGLE_APPLICATION_CREDENTIALS": ""]
+        let expected = [
+            "ca_bundle (\(file):1:12) names '\(empty)', which holds no PEM certificate",
+            "both GOOGLE_OAUTH_ACCESS_TOKEN and token_command (\(file):3:16) are set",
+            "buckets (\(file):4:10) names '\(bucketsFile)', which is a file",
+        ]
+        let config = try Self.run(workspace, ["--config", file, "config"], environment: environment)
+        #expect(config.status == 1, "\(config.stderr)")
+        for message in expected { #expect(config.stderr.contains("jobctl config: \(message)"), "\(message)\n\(config.stderr)") }
+        for variable in ["JOBCTL_CA_BUNDLE", "JOBCTL_TOKEN_COMMAND", "JOBCTL_BUCKETS"] {
+            #expect(!config.stderr.contains(variable), "\(variable): \(config.stderr)")
+        }
+        #expect(!(config.stdout + config.stderr).contains("S3CR3T"), "\(config.stdout)\(config.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: ran), "config ran the token command")
+        // Without a token, the credentials file is read, and named so.
+        let withoutCommand = try workspace.write("d.yaml", "google_application_credentials: \(missing)\n")
+        let named = try Self.run(workspace, ["--config", withoutCommand, "config"], environment: environment.merging(["GOOGLE_OAUTH_ACCESS_TOKEN": ""]) { $1 })
+        #expect(named.status == 1 && named.stderr.contains("google_application_credentials (\(withoutCommand):1:33) names \(missing), which cannot be read")
+                    && !named.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS"), "\(named.stderr)")
+
+        // The worker stops at the first of them, named alike.
+        let worker = try Self.run(workspace, ["--config", file, "worker", "--drain"], environment: environment)
+        #expect(worker.status == 1 && expected.contains(where: worker.stderr.contains) && !worker.stderr.contains("JOBCTL_"), "\(worker.stderr)")
+        #expect(!worker.stderr.contains("S3CR3T"), "\(worker.stderr)")
+        // A worker flag's key: `metrics:` is named, not --metrics.
+        let metrics = try workspace.write("m.yaml", "metrics: 0.0.0.0:9464\n")
+        let remote = try Self.run(workspace, ["--config", metrics, "worker", "--drain"], environment: environment.merging(["GOOGLE_OAUTH_ACCESS_TOKEN": ""]) { $1 })
+        #expect(remote.status == 64 && remote.stderr.contains("metrics (\(metrics):1:10) 0.0.0.0:9464 is not a loopback address"),
+                "\(remote.stderr)")
+        let flagged = try Self.run(workspace, ["--config", metrics, "worker", "--drain", "--metrics", "0.0.0.0:9465"],
+                                   environment: environment.merging(["GOOGLE_OAUTH_ACCESS_TOKEN": ""]) { $1 })
+        #expect(flagged.status == 64 && flagged.stderr.contains("--metrics 0.0.0.0:9465 is not a loopback address"), "\(flagged.stderr)")
+    }
+
+    /// A job refused by a configuration file's `refuse_executables` said "JOBCTL_REFUSE_EXECUTABLES lists
+    /// '*' … take that entry out of JOBCTL_REFUSE_EXECUTABLES" — in the event log, for good. It names the
+    /// file's key, without the file's path or line (the log outlives the file and is read elsewhere).
+    @Test("a job refused by the file's refuse_executables names that key, without a path, in the event log")
+    func refusedExecutableNamesTheFilesKey() throws {
+        let workspace = try CLIWorkspace("config-refuse")
+        defer { workspace.directory.remove() }
+        let file = try workspace.write("c.yaml", "refuse_executables: \"*\"\n")
+        let id = try #require(try workspace.submit(
+            "- {kind: upload-data, data: x, max_attempts: 1, destination: \"file:///\(workspace.directory.file("setup.exe"))\"}\n").first)
+        let environment = ["JOBCTL_DB": workspace.database, "JOBCTL_REFUSE_EXECUTABLES": ""]
+        let worker = try Self.run(workspace, ["--config", file, "worker", "--drain"], environment: environment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        let history = try Self.run(workspace, ["history", id, "--json"], environment: environment)
+        #expect(history.stdout.contains("the configuration file's refuse_executables lists '*'")
+                    && history.stdout.contains("take that entry out of the configuration file's refuse_executables"), "\(history.stdout)")
+        #expect(!history.stdout.contains("JOBCTL_REFUSE_EXECUTABLES") && !history.stdout.contains("c.yaml"), "\(history.stdout)")
+        // Set in the environment, it names the variable as before.
+        let again = try #require(try workspace.submit(
+            "- {kind: upload-data, data: x, max_attempts: 1, destination: \"file:///\(workspace.directory.file("again.exe"))\"}\n").first)
+        _ = try Self.run(workspace, ["worker", "--drain"], environment: ["JOBCTL_DB": workspace.database, "JOBCTL_REFUSE_EXECUTABLES": "*"])
+        let named = try Self.run(workspace, ["history", again, "--json"], environment: environment)
+        #expect(named.stdout.contains("JOBCTL_REFUSE_EXECUTABLES lists '*'"), "\(named.stdout)")
+    }
+
     @Test("the proxy variables libcurl honours are shown, text and JSON, their passwords redacted")
     func proxyVariables() throws {
         let workspace = try CLIWorkspace("config-proxy")
@@ -257,33 +389,37 @@ import TestSupport
     @Test("unknown keys, bad values and bad shapes are errors at their file:line:col, exit 64",
           arguments: [
             ("concurrency: 4\nconcurency: 8\n", "2:1: error: unknown setting 'concurency' (did you mean 'concurrency'?)"),
-            ("concurrency: 0\n", "1:14: error: concurrency: --concurrency 0 is out of range"),
-            ("lease: forever\n", "1:8: error: lease: --lease expects"),
+            ("concurrency: 0\n", "1:14: error: concurrency 0 is out of range"),
+            ("lease: forever\n", "1:8: error: lease expects"),
             ("concurrency: [1, 2]\n", "1:14: error: 'concurrency' takes one value, not a list"),
             ("queue:\n  a: b\n", "2:3: error: 'queue' takes a value or a list, not a mapping"),
             // A queue no manifest can name (PostgreSQL refused the NUL in every claim, for ever).
-            ("queue: [media, \"q\\0x\"]\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
-            ("queue: 'bad name!'\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
+            ("queue: [media, \"q\\0x\"]\n", "1:8: error: queue must be a name of 1 to 64 letters"),
+            ("queue: 'bad name!'\n", "1:8: error: queue must be a name of 1 to 64 letters"),
             // A null in a list is no name (a worker of a queue named null took nothing).
-            ("queue: [media, null]\n", "1:8: error: queue: --queue must be a name of 1 to 64 letters"),
+            ("queue: [media, null]\n", "1:8: error: queue must be a name of 1 to 64 letters"),
             ("concurrency: 4\n---\nqueue: x\n", "2:1: error: a configuration file is one YAML document, but a second one starts here"),
             ("- concurrency\n", "1:1: error: a configuration file is a mapping of settings"),
             ("concurrency: 4\nconcurrency: 5\n", "2:1: error:"),
             ("concurrency: 'unclosed\n", "error:"),
             // Settings that stand for environment variables are checked as the program reads those.
-            ("chunk_size: 3\n", "1:13: error: chunk_size: JOBCTL_CHUNK_SIZE must be between 256 KiB and 1 GiB, not '3'"),
-            ("slices: 0\n", "1:9: error: slices: JOBCTL_SLICES must be a whole number"),
-            ("stall_timeout: 99999999999999999999s\n", "1:16: error: stall_timeout: JOBCTL_STALL_TIMEOUT must be between 1s and 1h"),
-            ("sliced_threshold: NaN\n", "1:19: error: sliced_threshold: JOBCTL_SLICED_THRESHOLD must be a size"),
-            ("resumable_threshold: 2GiB\n", "1:22: error: resumable_threshold: "),
-            ("storage_emulator_host: 'http://[::1'\n", "1:24: error: storage_emulator_host: STORAGE_EMULATOR_HOST must be"),
-            ("refuse_executables: ',,'\n", "1:21: error: refuse_executables: JOBCTL_REFUSE_EXECUTABLES lists"),
-            ("token_command: '  '\n", "1:16: error: token_command: JOBCTL_TOKEN_COMMAND is blank"),
+            ("chunk_size: 3\n", "1:13: error: chunk_size must be between 256 KiB and 1 GiB, not '3'"),
+            ("slices: 0\n", "1:9: error: slices must be a whole number"),
+            ("stall_timeout: 99999999999999999999s\n", "1:16: error: stall_timeout must be between 1s and 1h"),
+            ("sliced_threshold: NaN\n", "1:19: error: sliced_threshold must be a size"),
+            ("resumable_threshold: 2GiB\n", "1:22: error: resumable_threshold must be between 0 and 1 GiB"),
+            ("storage_emulator_host: 'http://[::1'\n", "1:24: error: storage_emulator_host must be"),
+            ("refuse_executables: ',,'\n", "1:21: error: refuse_executables lists"),
+            ("token_command: '  '\n", "1:16: error: token_command is blank"),
             // A relative path in a file names another file in every folder a command runs in.
             ("db: jobs.db\n", "1:5: error: db: 'jobs.db' is a relative path"),
             ("buckets: ../data/buckets\n", "1:10: error: buckets: '../data/buckets' is a relative path"),
             ("ca_bundle: certs/ca.pem\n", "1:12: error: ca_bundle: 'certs/ca.pem' is a relative path"),
             ("google_application_credentials: ~/key.json\n", "1:33: error: google_application_credentials: '~/key.json' is a relative path"),
+            ("db_answer_timeout: soon\n", "1:20: error: db_answer_timeout 'soon' is not a duration"),
+            ("bwlimit: fast\n", "1:10: error: bwlimit"),
+            ("log_format: xml\n", "1:13: error: log_format expects text or json"),
+            ("metrics: '127.0.0.1:99999'\n", "1:10: error: metrics port 99999 is out of range"),
           ])
     func malformed(text: String, message: String) throws {
         let workspace = try CLIWorkspace("configbad")
@@ -291,6 +427,9 @@ import TestSupport
         let file = try workspace.write("bad.yaml", text)
         let output = try Self.run(workspace, ["--config", file, "list"])
         #expect(output.status == 64 && output.stderr.contains("\(file):") && output.stderr.contains(message), "\(output.stderr)")
+        // The file's key is named, never the variable or the flag it stands for.
+        #expect(!output.stderr.contains("JOBCTL_") && !output.stderr.contains("STORAGE_EMULATOR_HOST") && !output.stderr.contains(/--[a-z]/),
+                "\(output.stderr)")
         let missing = try Self.run(workspace, ["list", "--config", workspace.directory.file("none.yaml")])
         #expect(missing.status == 64 && missing.stderr.contains("no such file"), "\(missing.stderr)")
     }
@@ -440,8 +579,14 @@ import TestSupport
         defer { workspace.directory.remove() }
         let file = try workspace.write("paths.yaml", "db: postgres://u:secret@127.0.0.1:1/x\nbuckets: /srv/buckets\n"
                                        + "ca_bundle: /etc/ssl/private.pem\ngoogle_application_credentials: /etc/key.json\n")
-        let output = try Self.run(workspace, ["--config", file, "config", "--json"])
-        #expect(output.status == 0, "\(output.stderr)")
+        let output = try Self.run(workspace, ["--config", file, "config", "--json"],
+                                  environment: ["GOOGLE_OAUTH_ACCESS_TOKEN": "", "JOBCTL_TOKEN_COMMAND": "", "JOBCTL_CA_BUNDLE": "",
+                                                "GOOGLE_APPLICATION_CREDENTIALS": ""])
+        // Taken, not refused as relative: what they name is checked as the worker checks it at start.
+        #expect(output.status == 1 && !output.stderr.contains("relative path")
+                    && output.stderr.contains("ca_bundle (\(file):3:12) names '/etc/ssl/private.pem', which does not exist")
+                    && output.stderr.contains("google_application_credentials (\(file):4:33) names /etc/key.json, which cannot be read"),
+                "\(output.stderr)")
         let settings = try Self.settings(output)
         #expect(settings["buckets"]?["value"] == "/srv/buckets" && settings["ca_bundle"]?["value"] == "/etc/ssl/private.pem")
         #expect(!output.stdout.contains("secret"))

@@ -218,3 +218,114 @@ struct TokenCommandTests {
         #expect(ContinuousClock.now - started < .seconds(25))
     }
 }
+
+/// A configuration file's value reaches the storage settings through the environment, so every message
+/// named the variable: "JOBCTL_CA_BUNDLE names '…', which holds no PEM certificate" to a user who had
+/// written `ca_bundle:` in a file. At start a message names the file's key and place; in a job's error
+/// (kept in the event log, read elsewhere and later) the key alone.
+@Suite("Storage settings named as the user gave them", .onTestThreads)
+struct SettingOriginsTests {
+    private static let buckets = "/tmp/jobctl-buckets-default"
+
+    private static func fromFile(_ pairs: [(String, String)]) -> SettingOrigins {
+        var origins = SettingOrigins()
+        for (index, (variable, key)) in pairs.enumerated() { origins[variable] = .file(key: key, place: "cfg.yaml:\(index + 1):5") }
+        return origins
+    }
+
+    @Test("a start-up problem with a file's value names its key and FILE:LINE:COL, not the variable")
+    func startUpMessages() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let empty = directory.file("empty.pem")
+        try "".write(toFile: empty, atomically: true, encoding: .utf8)
+        let plain = directory.file("plain")
+        try "x".write(toFile: plain, atomically: true, encoding: .utf8)
+        let missing = directory.file("missing.json")
+        let origins = Self.fromFile([("JOBCTL_CA_BUNDLE", "ca_bundle"), ("GOOGLE_APPLICATION_CREDENTIALS", "google_application_credentials"),
+                                     ("JOBCTL_BUCKETS", "buckets"), ("JOBCTL_TOKEN_COMMAND", "token_command"), ("JOBCTL_SLICES", "slices"),
+                                     ("JOBCTL_REFUSE_EXECUTABLES", "refuse_executables"), ("STORAGE_EMULATOR_HOST", "storage_emulator_host")])
+        for (environment, expected) in [
+            (["JOBCTL_CA_BUNDLE": empty], "ca_bundle (cfg.yaml:1:5) names '\(empty)', which holds no PEM certificate"),
+            (["GOOGLE_APPLICATION_CREDENTIALS": missing], "google_application_credentials (cfg.yaml:2:5) names \(missing), which cannot be read"),
+            (["JOBCTL_BUCKETS": plain], "buckets (cfg.yaml:3:5) names '\(plain)', which is a file"),
+            (["GOOGLE_OAUTH_ACCESS_TOKEN": "tok", "JOBCTL_TOKEN_COMMAND": "echo x"],
+             "both GOOGLE_OAUTH_ACCESS_TOKEN and token_command (cfg.yaml:4:5) are set"),
+            (["JOBCTL_TOKEN_COMMAND": " "], "token_command (cfg.yaml:4:5) is blank"),
+            (["JOBCTL_SLICES": "0"], "slices (cfg.yaml:5:5) must be a whole number of slices from 2 to 16, not '0'"),
+            (["JOBCTL_REFUSE_EXECUTABLES": ",,"], "refuse_executables (cfg.yaml:6:5) lists entries"),
+            (["STORAGE_EMULATOR_HOST": "ftp://x"], "storage_emulator_host (cfg.yaml:7:5) must be HOST:PORT"),
+        ] {
+            let error = #expect(throws: StorageError.self, "\(environment)") {
+                try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: Self.buckets, origins: origins)
+            }
+            #expect(error?.message.contains(expected) == true, "\(error?.message ?? "accepted")")
+            let named = environment.keys.filter { $0 != "GOOGLE_OAUTH_ACCESS_TOKEN" && error?.message.contains($0) == true }
+            #expect(named.isEmpty, "names \(named): \(error?.message ?? "")")
+            // From the environment, the variable as before.
+            let plainError = #expect(throws: StorageError.self) {
+                try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: Self.buckets)
+            }
+            #expect(environment.keys.allSatisfy { plainError?.message.contains($0) == true }, "\(plainError?.message ?? "")")
+        }
+    }
+
+    @Test("check finds every problem, and fromEnvironment throws the first of them")
+    func everyProblem() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let empty = directory.file("empty.pem")
+        try "".write(toFile: empty, atomically: true, encoding: .utf8)
+        let environment = ["JOBCTL_CHUNK_SIZE": "3", "JOBCTL_SLICES": "0", "JOBCTL_CA_BUNDLE": empty, "ALL_PROXY": "ftp://127.0.0.1:21"]
+        let problems = StorageConfiguration.check(environment, localBucketsDirectory: Self.buckets).problems
+        #expect(problems.map(\.variables) == [["JOBCTL_CHUNK_SIZE"], ["JOBCTL_SLICES"], ["JOBCTL_CA_BUNDLE"], ["ALL_PROXY"]],
+                "\(problems.map(\.error.message))")
+        let error = #expect(throws: StorageError.self) {
+            try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: Self.buckets)
+        }
+        #expect(error?.message == problems.first?.error.message)
+    }
+
+    @Test("a job's error names the file's key without its path: refuse_executables, the limits, the CAs")
+    func jobMessages() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let bundle = directory.file("ca.pem")
+        try "-----BEGIN CERTIFICATE-----\n".write(toFile: bundle, atomically: true, encoding: .utf8)
+        let environment = ["JOBCTL_REFUSE_EXECUTABLES": "*", "JOBCTL_STALL_TIMEOUT": "5m", "JOBCTL_MIN_RATE": "2k", "JOBCTL_CA_BUNDLE": bundle]
+        let origins = Self.fromFile([("JOBCTL_REFUSE_EXECUTABLES", "refuse_executables"), ("JOBCTL_STALL_TIMEOUT", "stall_timeout"),
+                                     ("JOBCTL_MIN_RATE", "min_rate"), ("JOBCTL_CA_BUNDLE", "ca_bundle")])
+        let fromFile = try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: Self.buckets, origins: origins)
+        let refused = #expect(throws: StorageError.self) {
+            try fromFile.uploadPolicy.check(reference: try StorageReference(parsing: "gs://bkt/setup.exe"), sourceName: nil)
+        }
+        #expect(refused?.message.contains("the configuration file's refuse_executables lists '*'") == true
+                    && refused?.message.contains("take that entry out of the configuration file's refuse_executables") == true
+                    && refused?.message.contains("cfg.yaml") == false && refused?.message.contains("JOBCTL_") == false,
+                "\(refused?.message ?? "")")
+        #expect(fromFile.curlOptions.stallTimeoutSetting == "the configuration file's stall_timeout")
+        #expect(fromFile.curlOptions.minRateSetting == "the configuration file's min_rate")
+        #expect(fromFile.certificateTrust.source == "the configuration file's ca_bundle")
+        #expect(fromFile.certificateTrust.settingToChange == "the configuration file's ca_bundle")
+
+        let fromEnvironment = try StorageConfiguration.fromEnvironment(environment, localBucketsDirectory: Self.buckets)
+        let named = #expect(throws: StorageError.self) {
+            try fromEnvironment.uploadPolicy.check(reference: try StorageReference(parsing: "gs://bkt/setup.exe"), sourceName: nil)
+        }
+        #expect(named?.message.contains("JOBCTL_REFUSE_EXECUTABLES lists '*'") == true, "\(named?.message ?? "")")
+        #expect(fromEnvironment.curlOptions.stallTimeoutSetting == "worker --stall-timeout or JOBCTL_STALL_TIMEOUT")
+        #expect(fromEnvironment.certificateTrust.source == "JOBCTL_CA_BUNDLE" && fromEnvironment.certificateTrust.settingToChange == nil)
+    }
+
+    @Test("a failing token command from the file is named by its key in the job's error, never its text")
+    func tokenCommandFromFile() async throws {
+        var configuration = try StorageConfiguration.fromEnvironment(
+            ["JOBCTL_TOKEN_COMMAND": "echo SECRET-STDOUT; exit 3", "STORAGE_EMULATOR_HOST": "http://127.0.0.1:\(freeLoopbackPort())"],
+            localBucketsDirectory: Self.buckets, origins: Self.fromFile([("JOBCTL_TOKEN_COMMAND", "token_command")]))
+        configuration.connectTimeout = 5
+        let error = try failure(await run(GCSBackend(configuration: configuration), JobSpec(kind: .downloadMemory, source: "gs://bkt/obj.txt")))
+        #expect(error.message.contains("the configuration file's token_command failed with exit status 3"), "\(error)")
+        #expect(!error.message.contains("JOBCTL_TOKEN_COMMAND") && !error.message.contains("cfg.yaml"), "\(error)")
+        #expect(!"\(error) \(error.cause ?? "")".contains("SECRET"))
+    }
+}
