@@ -8,52 +8,6 @@ import JobModel
 /// of `KEY=value` lines to the Unix socket `NOTIFY_SOCKET` names. The socket here is the test's own,
 /// read as systemd reads it.
 @Suite("worker notifies the service manager", .onTestThreads) struct ServiceNotifyTests {
-    /// A datagram socket bound where `NOTIFY_SOCKET` will name it, as the service manager binds one.
-    final class NotifySocket {
-        let descriptor: Int32
-        /// The value for `NOTIFY_SOCKET`.
-        let name: String
-
-        /// Bound at `path`, or (nil) at a fresh name in the abstract namespace.
-        init(path: String? = nil) throws {
-            descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard descriptor >= 0 else { throw CLITestError("socket: \(String(cString: strerror(errno)))") }
-            name = path ?? "@jobctl-notify-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            var bytes = Array(name.utf8)
-            if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }
-            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-            let length = socklen_t(MemoryLayout<sockaddr_un>.offset(of: \.sun_path)! + bytes.count + (path == nil ? 0 : 1))
-            let bound = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) }
-            }
-            guard bound == 0 else { throw CLITestError("bind \(name): \(String(cString: strerror(errno)))") }
-        }
-
-        deinit { close(descriptor) }
-
-        /// The next datagram, or nil when none came within `seconds`.
-        func receive(within seconds: Double) -> String? {
-            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, Int32(seconds * 1_000)) == 1 else { return nil }
-            var buffer = [UInt8](repeating: 0, count: 4_096)
-            let count = recv(descriptor, &buffer, buffer.count, 0)
-            guard count >= 0 else { return nil }
-            return String(decoding: buffer[..<count], as: UTF8.self)
-        }
-
-        /// Every datagram that comes within `seconds`.
-        func receiveAll(for seconds: Double) -> [String] {
-            var messages: [String] = []
-            let end = Date().addingTimeInterval(seconds)
-            while case let left = end.timeIntervalSinceNow, left > 0 {
-                if let message = receive(within: left) { messages.append(message) }
-            }
-            return messages
-        }
-    }
-
     @Test("READY=1 after worker_started, STATUS= with its counts, the watchdog's pings, STOPPING=1 at SIGTERM")
     func readyStatusWatchdogStopping() throws {
         let workspace = try CLIWorkspace("notify")
