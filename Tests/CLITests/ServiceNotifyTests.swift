@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 import Worker
@@ -72,6 +73,36 @@ import JobModel
         #expect(stopping.first?.contains("STOPPING=1\nSTATUS=stopping: releasing") == true, "\(stopping)")
         #expect(stopping.contains { $0.split(separator: "\n").contains("WATCHDOG=1") }, "\(stopping)")
         #expect(!stopping.contains { $0.contains("transfers running") }, "\(stopping)")
+    }
+
+    /// A turn waiting on its store within the store's limits past the interval is fed from another thread
+    /// (see `WatchdogStoreWaitTests` for a worker's); a loop not waiting so (hung elsewhere, or on a call past
+    /// those limits) is not, and the watchdog finds it.
+    @Test("the feeder's thread pings only while the loop waits within its store's limits, asking for half the ping period's wait")
+    func feederPingsOnlyWhileWaiting() throws {
+        let listener = try NotifySocket()
+        // An interval of 1 s: a ping due every 0.5 s, asked for at least every 0.125 s.
+        let notifier = try #require(try ServiceNotifier.fromEnvironment(["NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "1000000"]))
+        let waiting = Mutex(false)
+        let asked = Mutex<Set<Int64>>([])
+        let feeder = try #require(try notifier.feedWhileWaiting { minimumMs in
+            asked.withLock { _ = $0.insert(minimumMs) }
+            return waiting.withLock { $0 }
+        })
+        defer { feeder.stop() }
+        func pings(for seconds: Double) -> Int {
+            listener.receiveAll(for: seconds).filter { $0.split(separator: "\n").contains("WATCHDOG=1") }.count
+        }
+        #expect(pings(for: 1.2) == 0)
+        waiting.withLock { $0 = true }
+        let fed = pings(for: 2.6)
+        #expect(fed >= 3 && fed <= 6, "\(fed) pings in 2.6 s")
+        // A store call counts once it has lasted half the pings' period (at most a second).
+        #expect(asked.withLock { $0 } == [250])
+        waiting.withLock { $0 = false }
+        _ = listener.receiveAll(for: 0.2)
+        #expect(pings(for: 1.2) == 0)
+        #expect(try ServiceNotifier.fromEnvironment(["NOTIFY_SOCKET": listener.name])?.feedWhileWaiting { _ in true } == nil)
     }
 
     @Test("a socket path works as the abstract name does; a watchdog meant for another process is not fed")
