@@ -659,6 +659,19 @@ extension EventStore {
     /// The longest single wait for the writer lock before the cap is looked at again.
     static let writerLockWaitSliceNs: UInt64 = 100_000_000
 
+    /// See `JobStore.isWaitingWithinBounds(forAtLeastMs:)`: the executor's call or group commit, which
+    /// waits for another process's locks at most `callWaitBoundNs`.
+    public func isWaitingWithinBounds(forAtLeastMs minimumMs: Int64) -> Bool {
+        executor.isOnWork(forAtLeastMs: minimumMs, lessThanNs: Self.callWaitBoundNs(busyTimeoutNs: busyTimeoutNs))
+    }
+
+    /// The longest one call (or group commit) of the executor runs by the limits this store sets: the
+    /// writer lock and SQLite's own lock, each waited for up to the busy timeout (a group commit's
+    /// retries share one), and a few seconds for the work itself (a sync on a disk busy with a transfer).
+    static func callWaitBoundNs(busyTimeoutNs: UInt64) -> UInt64 {
+        2 * busyTimeoutNs + 5_000_000_000
+    }
+
     /// See `JobStore.capLockWaits`.
     public func capLockWaits(atMostNs limitNs: UInt64?) {
         lockWaitCap.set(limitNs)

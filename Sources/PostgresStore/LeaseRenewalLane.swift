@@ -31,6 +31,8 @@ final class LeaseRenewalLane: @unchecked Sendable {
     private var connection: PostgresConnection?
     /// The answer timeout set on `connection` (on the executor's thread only).
     private var connectionTimeoutMs: Int64?
+    /// The answer timeout of the last renewal asked for (0: none yet), for `isWaitingWithinBounds`.
+    private let askedTimeoutMs = Atomic<Int64>(0)
 
     /// The thread's name (at most 15 bytes, Linux's limit).
     static let threadName = "jobctl-pg-lease"
@@ -57,11 +59,23 @@ final class LeaseRenewalLane: @unchecked Sendable {
     func run<T: Sendable>(answerTimeoutMs: Int64,
                           _ body: @escaping @Sendable (PostgresConnection) throws(StoreError) -> T) async throws -> T {
         let executor = try startedExecutor()
+        askedTimeoutMs.store(answerTimeoutMs, ordering: .relaxed)
         return try await executor.run { [self] in
             let connection: PostgresConnection
             do throws(StoreError) { connection = try self.openConnection(answerTimeoutMs: answerTimeoutMs) } catch { throw Unopened(cause: error) }
             return try connection.timingAnswersWhole { () throws(StoreError) -> T in try body(connection) }
         }
+    }
+
+    /// Whether a renewal has been under way on the lane for at least `minimumMs` and for less than it
+    /// waits by its limits: a connection opened (its connect timeout is the answer limit, at least 2 s),
+    /// the statement keeping the session to the log's schema, a transaction's first answer not coming
+    /// (each up to the answer limit), and a few seconds for the work itself. See `JobStore.isWaitingWithinBounds`.
+    func isWaitingWithinBounds(forAtLeastMs minimumMs: Int64) -> Bool {
+        let answerMs = askedTimeoutMs.load(ordering: .relaxed)
+        guard answerMs > 0, let executor = executor.withLock({ $0 }) else { return false }
+        let connectMs = max(2_000, (answerMs + 999) / 1_000 * 1_000)
+        return executor.isOnWork(forAtLeastMs: minimumMs, lessThanNs: UInt64(connectMs + 2 * answerMs + 5_000) * 1_000_000)
     }
 
     /// The lane's connection could not be opened (or opened again): nothing was sent on it.

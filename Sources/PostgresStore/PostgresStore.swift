@@ -52,6 +52,9 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     private let stopDeadline: StopDeadline
     /// Shortens the store's connection's answer waits (see `capAnswerWaits`) and ends them at `stopDeadline`.
     private let answerWaitCap: AnswerWaitCap
+    /// The longest one call of the executor waits by the store's own limits (nil: no answer limit, so
+    /// none); see `isWaitingWithinBounds(forAtLeastMs:)`.
+    private let callWaitBoundNs: UInt64?
     /// `tailEvents`' gaps: the first seq of each gap it has seen below a later event, and the `xmax`
     /// of the snapshot it first saw it in (`Int64.min` once it is known to be for good).
     let tailGaps = Mutex<[Int64: Int64]>([:])
@@ -102,6 +105,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
         }
         connection.stopDeadline = stopDeadline
         self.connection = connection
+        callWaitBoundNs = answerTimeoutMs.map { Self.callWaitBoundNs(answerTimeoutMs: $0, connectTimeoutSeconds: connection.connectTimeoutSeconds) }
         self.leaseLane = LeaseRenewalLane(url: url, schema: connection.logSchema, stopDeadline: stopDeadline)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
@@ -379,6 +383,22 @@ extension PostgresStore {
     /// of a lease already).
     public func capAnswerWaits(atMostMs: Int64?) {
         answerWaitCap.milliseconds = atMostMs
+    }
+
+    /// See `JobStore.isWaitingWithinBounds(forAtLeastMs:)`: the executor's call or group commit, or the lease
+    /// renewal under way on the lane's connection (a worker's loop may wait for one), each within the
+    /// longest it waits by the answer limit and the connect timeout.
+    public func isWaitingWithinBounds(forAtLeastMs minimumMs: Int64) -> Bool {
+        if let callWaitBoundNs, executor.isOnWork(forAtLeastMs: minimumMs, lessThanNs: callWaitBoundNs) { return true }
+        return leaseLane.isWaitingWithinBounds(forAtLeastMs: minimumMs)
+    }
+
+    /// The longest one call waits by these limits: a connection opened again (the connect timeout), the
+    /// statement that keeps the new session to the log's schema, then the transaction's first answer not
+    /// coming (each up to the answer limit: the connection is given up then, and the rest fails at once),
+    /// and a few seconds for the work itself.
+    static func callWaitBoundNs(answerTimeoutMs: Int64, connectTimeoutSeconds: Int) -> UInt64 {
+        UInt64(max(0, connectTimeoutSeconds)) * 1_000_000_000 + UInt64(max(0, answerTimeoutMs)) * 2_000_000 + 5_000_000_000
     }
 
     /// See `JobStore.setStopDeadline`: both connections, the store's own and the lease renewals'.

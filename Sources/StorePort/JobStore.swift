@@ -46,6 +46,15 @@ public protocol JobStore: AnyObject, Sendable {
     /// nothing to end (its lock waits are `capLockWaits`').
     func setStopDeadline(monotonicMs: Int64?)
 
+    /// Whether one of the store's threads has been on one call (or group commit) for at least
+    /// `forAtLeastMs`, and not for longer than the longest such a call waits by the limits the store
+    /// sets itself: another process's lock (SQLite's busy timeout), a server's answer and a connection
+    /// to it (PostgreSQL's answer limit and connect timeout). The store is then held by something
+    /// outside this process, for no longer than its code allows: a worker's loop waiting on it is not
+    /// hung (see `WorkerPool.isWaitingOnItsStore(forAtLeastMs:)`). A call past that limit is not one the
+    /// store bounds any more, and says false: a thread hung there is left for a watchdog to find.
+    func isWaitingWithinBounds(forAtLeastMs: Int64) -> Bool
+
     // MARK: Migrations
 
     /// The schema migrations this open applied (empty when the schema was already current).
@@ -365,6 +374,9 @@ extension JobStore {
 
     /// No server to connect to (SQLite).
     public func setStopDeadline(monotonicMs: Int64?) {}
+
+    /// A store without waits it bounds (a wrapper in tests) is never held within them.
+    public func isWaitingWithinBounds(forAtLeastMs: Int64) -> Bool { false }
 
     /// `heartbeat` on the store's executor, behind whatever is queued there (SQLite: a heartbeat needs the
     /// database's one write lock, as every commit does). Every lease not lost was extended.

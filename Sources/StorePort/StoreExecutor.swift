@@ -141,6 +141,9 @@ public final class StoreExecutor: Sendable {
     /// machine's boot, so a first append within the spacing of the boot would wait the spacing out.
     private let lastCommitEndNs = Atomic<UInt64>(StoreExecutor.neverCommitted)
     private static let neverCommitted = UInt64.max
+    /// When the thread took up the work it is doing now (a call, or a group commit), monotonic ns; 0
+    /// while it waits for work. Read from any thread (`workInHandNs`).
+    private let workTakenUpNs = Atomic<UInt64>(0)
 
     /// A group commit that already holds this many appends does not wait for more (see `init`).
     static let spacedCommitFullAt = 32
@@ -283,6 +286,22 @@ public final class StoreExecutor: Sendable {
         return snapshot
     }
 
+    /// How long the thread has been on the work it is doing now (a call, or a group commit and its waits
+    /// for a lock), in nanoseconds; nil while it waits for work. A store tells from it whether its thread
+    /// is held in a wait its code bounds (see `JobStore.isWaitingWithinBounds(forAtLeastMs:)`).
+    public var workInHandNs: UInt64? {
+        let taken = workTakenUpNs.load(ordering: .relaxed)
+        guard taken != 0 else { return nil }
+        let now = Self.monotonicNs()
+        return now > taken ? now - taken : 0
+    }
+
+    /// Whether the thread has been on its work for at least `minimumMs`, and for less than `boundNs`.
+    public func isOnWork(forAtLeastMs minimumMs: Int64, lessThanNs boundNs: UInt64) -> Bool {
+        guard let inHand = workInHandNs else { return false }
+        return inHand >= UInt64(max(0, minimumMs)) * 1_000_000 && inHand < boundNs
+    }
+
     /// Calls queued and not yet taken by the thread (tests).
     public var queuedCount: Int { queue.withItems { $0.count } }
 
@@ -320,6 +339,7 @@ public final class StoreExecutor: Sendable {
     }
 
     private func process(_ batch: [Work]) {
+        defer { workTakenUpNs.store(0, ordering: .relaxed) }
         var appends: [(PendingEvent, AppendWaiter)] = []
         for work in batch {
             switch work {
@@ -330,10 +350,16 @@ public final class StoreExecutor: Sendable {
             case .call(let call):
                 // Calls see every append queued before them.
                 write(&appends)
+                takingUp()
                 call.perform()
             }
         }
         write(&appends)
+    }
+
+    /// Notes that the thread takes up a new piece of work now (see `workInHandNs`).
+    private func takingUp() {
+        workTakenUpNs.store(Self.monotonicNs(), ordering: .relaxed)
     }
 
     /// Writes the queued appends in one transaction — with the claim, when there is one, after them in
@@ -341,6 +367,7 @@ public final class StoreExecutor: Sendable {
     private func write(_ appends: inout [(PendingEvent, AppendWaiter)],
                        thenClaim request: (ClaimRequest, ClaimContinuation)? = nil) {
         guard !appends.isEmpty || request != nil else { return }
+        takingUp()
         // A claim queued while the commit waited for the writer lock may join it (see below).
         var claim = request
         defer { if appendCommitSpacingNs != nil { lastCommitEndNs.store(Self.monotonicNs(), ordering: .relaxed) } }

@@ -13,6 +13,19 @@ import Glibc
 /// `systemctl status` shows; and, with `WatchdogSec=`, `WATCHDOG=1` from the worker's loop at half the
 /// interval, so a worker whose loop hangs is killed and restarted instead of holding its place silent.
 ///
+/// A turn of the loop may wait on the store for longer than any interval a unit sets, by design: a
+/// PostgreSQL answer is waited for up to the lease (`--lease 5m` waits 5 minutes for a silent server), an
+/// SQLite lock up to the busy timeout (30 s), and a call queued behind others on the store's one thread
+/// waits for theirs too. Killed there (`WatchdogSec=3min` and a partition; `WatchdogSec=20s` and another
+/// process writing), a worker that was about to recover lost its transfers' progress in flight. So while
+/// the loop is in a turn and the store's thread has been held at least a moment in a call still within
+/// the limits the store sets itself (`feedWhileWaiting`, `JobStore.isWaitingWithinBounds`), a thread of
+/// this notifier pings for it. Capping the store's waits below the interval instead would not bound the
+/// turn: one turn makes several calls, each queued behind the jobs' own, and cut waits fail the jobs'
+/// writes as well. A loop hung anywhere else, or on a call past its store's limits (a wait nothing
+/// bounds), still stops the pings; one hung while the store really is held (a partition) is killed once
+/// the store's calls come back within a moment.
+///
 /// The protocol is one datagram of `KEY=value` lines to the Unix socket `NOTIFY_SOCKET` names (a path,
 /// or `@name` in the abstract namespace); `WATCHDOG_USEC` is the watchdog's interval, for this process
 /// only when `WATCHDOG_PID` is unset or names it. No library is needed. A datagram that cannot be sent
@@ -180,6 +193,41 @@ public final class ServiceNotifier: Sendable {
         if !lines.isEmpty { send(lines.joined(separator: "\n")) }
     }
 
+    /// Feeds the watchdog from a thread of its own, while `waiting` says the worker's loop is held in a
+    /// wait its store bounds (see the type's comment). The thread looks every quarter of the pings'
+    /// period (at least every 250 ms); once a ping is due it asks `waiting(ms)`, with how long the store's
+    /// call must have lasted to count — half the pings' period, at most a second, so that the short calls
+    /// of a busy, healthy store never stand in for a loop that does not turn. A ping then comes at most
+    /// three quarters of the interval after the last. Nil without a watchdog; `stop()` the feeder when
+    /// the loop has ended.
+    public func feedWhileWaiting(_ waiting: @escaping @Sendable (_ forAtLeastMs: Int64) -> Bool) throws(ThreadStartFailure) -> WatchdogFeeder? {
+        guard let every = watchdogEveryMs else { return nil }
+        let feeder = WatchdogFeeder()
+        let tickUs = UInt32(min(250, max(1, every / 4)) * 1_000)
+        let minimumMs = min(1_000, max(1, every / 2))
+        try StartedThread.start(name: "jobctl-watchdog") { [self] in
+            while !feeder.stopped {
+                usleep(tickUs)
+                if feeder.stopped { return }
+                pingIfDue(while: { waiting(minimumMs) })
+            }
+        }
+        return feeder
+    }
+
+    /// The watchdog's ping when it is due and `holds()`, from the feeder's thread. The loop may ping
+    /// between the two looks: then this one does not.
+    func pingIfDue(nowMs: Int64 = Clock.monotonicMs(), while holds: () -> Bool) {
+        guard let every = watchdogEveryMs,
+              sent.withLock({ Self.due(since: $0.watchdogAtMs, every: every, now: nowMs) }), holds() else { return }
+        let ping = sent.withLock { sent -> Bool in
+            guard Self.due(since: sent.watchdogAtMs, every: every, now: nowMs) else { return false }
+            sent.watchdogAtMs = nowMs
+            return true
+        }
+        if ping { send("WATCHDOG=1") }
+    }
+
     /// Whether `every` milliseconds have passed since `last` (nil: never sent).
     private static func due(since last: Int64?, every: Int64, now: Int64) -> Bool {
         guard let last else { return true }
@@ -203,4 +251,13 @@ public final class ServiceNotifier: Sendable {
             }
         }
     }
+}
+
+/// The thread `ServiceNotifier.feedWhileWaiting` started: `stop()` ends it within a tick.
+public final class WatchdogFeeder: Sendable {
+    private let ended = Atomic<Bool>(false)
+
+    var stopped: Bool { ended.load(ordering: .relaxed) }
+
+    public func stop() { ended.store(true, ordering: .relaxed) }
 }

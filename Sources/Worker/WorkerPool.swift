@@ -43,6 +43,10 @@ public struct WorkerConfiguration: Sendable {
     /// The machine this worker runs on, as the orphan sweep's watermark names it (its disk is the one the
     /// sweep looks at): the host name by default, as `hostname` prints it.
     public var host: String
+    /// The longest the loop rests after a store error before it tries again (the rest grows by 250 ms an
+    /// error up to this). A service manager's watchdog fed from the loop needs a rest well inside its
+    /// interval: `jobctl worker` sets a quarter of it (see `ServiceNotifier`).
+    public var errorRestLimitMs: Int64 = 5_000
 
     public init(owner: String = WorkerConfiguration.defaultOwner(), concurrency: Int = 4, queues: [String]? = nil,
                 leaseMs: Int64 = 30_000, drain: Bool = false, pollIntervalMs: Int64 = 20, shutdownGraceMs: Int64 = 8_000,
@@ -215,6 +219,9 @@ public final class WorkerPool: Sendable {
     /// Whether the last lease renewal failed: a streak of failures is logged once, at its first.
     private let renewalsFailing = Mutex(false)
     private let wakeup = Wakeup()
+    /// Whether the loop rests between two turns (waits on `wakeup`) rather than works: a loop that rests
+    /// waits on no store call (see `isWaitingOnItsStore`).
+    private let loopRests = Atomic<Bool>(false)
     /// Cuts the store's lock waits short once the shutdown's grace has run out (see `beginShutdown`).
     private let graceTimer = GraceTimer()
     /// The jobs' tasks not ended yet (see `launch`).
@@ -319,6 +326,23 @@ public final class WorkerPool: Sendable {
 
     public var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
 
+    /// Whether the loop is at work (not resting between turns) while the store has been held for at least
+    /// `forAtLeastMs` in a call within the limits it sets itself (`JobStore.isWaitingWithinBounds`): the
+    /// loop waits on the store, or behind a call that does, for a time its code bounds. What feeds a
+    /// service manager's watchdog (and keeps `/healthz` alive) while a turn waits on a silent server or a
+    /// lock another process holds, past the watchdog's interval: the loop turns again when the wait ends.
+    /// False for a loop hung anywhere else, or on a call past the store's limits.
+    public func isWaitingOnItsStore(forAtLeastMs minimumMs: Int64) -> Bool {
+        !loopRests.load(ordering: .relaxed) && store.isWaitingWithinBounds(forAtLeastMs: minimumMs)
+    }
+
+    /// The loop's rest between turns (see `isWaitingOnItsStore`).
+    private func rest(milliseconds: Int64) async {
+        loopRests.store(true, ordering: .relaxed)
+        await wakeup.wait(milliseconds: milliseconds)
+        loopRests.store(false, ordering: .relaxed)
+    }
+
     /// The states of the jobs a worker may yet run, whose newer events it logs that it left alone.
     static let unfinishedStates: Set<JobState> = [.queued, .running, .paused]
 
@@ -399,7 +423,7 @@ public final class WorkerPool: Sendable {
                 if shutdownStarted == nil { shutdownStarted = state.withLock { $0.shutdownBeganAtMs } ?? now }
                 if runningCount == 0 { break }
                 if let started = shutdownStarted, now - started > config.shutdownGraceMs { break }
-                await wakeup.wait(milliseconds: config.pollIntervalMs)
+                await rest(milliseconds: config.pollIntervalMs)
                 continue
             }
 
@@ -521,12 +545,12 @@ public final class WorkerPool: Sendable {
                     throw WorkerStopped.storeRefusesWrites(WorkerLog.describe(error), cause: error as? StoreError, forMs: now - failingSince)
                 }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
-                await wakeup.wait(milliseconds: min(5_000, 250 * Int64(consecutiveErrors)))
+                await rest(milliseconds: Self.errorRestMs(consecutiveErrors: consecutiveErrors, config))
                 continue
             }
             consecutiveErrors = 0
             if let failure = await sweeper.sweepIfDue(now: now) { storeFailed(failure) }
-            await wakeup.wait(milliseconds: drainWaitMs ?? config.pollIntervalMs)
+            await rest(milliseconds: drainWaitMs ?? config.pollIntervalMs)
         }
         leaseKeeper.cancel()
         await leaseKeeper.value
@@ -654,6 +678,12 @@ public final class WorkerPool: Sendable {
     /// The least time between two reads of the running jobs' control requests (a pause or cancel from
     /// `jobctl`, seen when the log has changed): well inside the second within which they are honoured.
     static let controlPollMs: Int64 = 100
+
+    /// The loop's rest after its `consecutiveErrors`-th store error in a row: 250 ms more each time, up to
+    /// `errorRestLimitMs` (5 s unless a watchdog asks for less), at least a millisecond.
+    static func errorRestMs(consecutiveErrors: Int, _ config: WorkerConfiguration) -> Int64 {
+        max(1, min(config.errorRestLimitMs, 250 * Int64(consecutiveErrors)))
+    }
 
     /// Store errors at most this far apart are one streak: longer than the loop's longest wait after an
     /// error (5 s), and than a lease.

@@ -96,7 +96,7 @@ extension Commands {
         if let keyLog = context.environment["SSLKEYLOGFILE"], !keyLog.isEmpty {
             log.tlsKeyLog(path: keyLog, now: Clock.nowMs())
         }
-        let configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
+        var configuration = WorkerConfiguration(concurrency: concurrency, queues: queues.isEmpty ? nil : queues,
                                                 leaseMs: leaseMs, drain: drain, claimAhead: claimAhead)
         let textLog = log.formatter.format == .text
         // Storage settings are checked before the event log is opened: a bad one stops the worker at once.
@@ -121,6 +121,9 @@ extension Commands {
         do throws(WorkerError) {
             notifier = try ServiceNotifier.fromEnvironment(ServiceEnvironment.taken)
         } catch { throw CommandFailure(error.message) }
+        // The loop's rest after a store error (up to 5 s) is no wait on the store: under a watchdog of a few
+        // seconds it is kept to a quarter of the interval, so that the turns it separates still feed it.
+        if let pingEveryMs = notifier?.watchdogEveryMs { configuration.errorRestLimitMs = min(configuration.errorRestLimitMs, max(1, pingEveryMs / 2)) }
         let metricsAddress = try arguments.value(Options.metrics)
         if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
             // Named as given: `metrics:` at its place in a configuration file, or --metrics.
@@ -146,33 +149,43 @@ extension Commands {
         }
         MissingCredentials.warnIfNeeded(storage: storage, store: store, queues: configuration.queues, log: log, now: Clock.nowMs())
         let metrics = WorkerMetrics()
+        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
+                              log: log, metrics: metrics)
         // SQLite's busy timeout is 30 s; a PostgreSQL call waits at most the answer timeout.
         // Kept only for the probes `--metrics` serves: the loop's turns are thousands a second in a drain.
         let health = metricsAddress == nil ? nil : WorkerHealth(storeWaitMs: context.usesPostgres ? answerTimeoutMs : 30_000)
         var metricsServer: MetricsServer?
         if let metricsAddress {
             let exporter = MetricsExporter(metrics: metrics, store: store)
+            // A turn may wait on the store longer than the stall limit, each of its calls within the
+            // store's limits (see `WorkerPool.isWaitingOnItsStore`): alive, not ready.
+            let waitingOnStore: @Sendable () -> Bool = { [weak pool] in pool?.isWaitingOnItsStore(forAtLeastMs: 1_000) ?? false }
             do throws(WorkerError) {
                 metricsServer = try MetricsServer(address: metricsAddress, body: { exporter.render() }, probe: { probe in
                     guard let health else { return (true, "ok\n") }
                     switch probe {
-                    case .live: return health.live()
-                    case .ready: return health.ready(storeUp: exporter.storeUp(), writesRefused: metrics.storeWrites.refusal())
+                    case .live: return health.live(waitingOnStore: waitingOnStore)
+                    case .ready: return health.ready(storeUp: exporter.storeUp(), writesRefused: metrics.storeWrites.refusal(),
+                                                     waitingOnStore: waitingOnStore)
                     }
                 })
             } catch { throw CommandFailure(error.message) }
         }
-        let pool = WorkerPool(store: store, backend: StorageRouter(configuration: storage), configuration: configuration,
-                              log: log, metrics: metrics)
         // A fault of this process (libcurl that does not load, a thread refused) stops the worker and
         // gives its jobs back, attempts uncharged, rather than failing each job it meets.
         LocalFaults.onFault { [weak pool] reason in pool?.stopForLocalFault(reason) }
         defer { LocalFaults.onFault(nil) }
+        // While a turn of the loop waits on the store within the limits the store sets, past the
+        // watchdog's interval (a silent PostgreSQL server, a lock another process holds), the watchdog is
+        // fed from a thread of its own (see `ServiceNotifier`).
+        var feeder: WatchdogFeeder?
         do throws(ThreadStartFailure) {
             try ThreadHeadroom.check()
             try metricsServer?.start()
+            feeder = try notifier?.feedWhileWaiting { [weak pool] minimumMs in pool?.isWaitingOnItsStore(forAtLeastMs: minimumMs) ?? false }
         } catch { throw CommandFailure(error.description) }
         defer { metricsServer?.stop() }
+        defer { feeder?.stop() }
         // SIGTERM/SIGINT have been blocked since main started; one that came early is pending and is
         // handled as soon as the handlers exist. They exist only between `worker_started` and
         // `worker_stopped`: installed before the run, a pending signal was logged before `worker_started`,

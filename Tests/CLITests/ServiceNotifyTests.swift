@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 import Worker
@@ -8,52 +9,6 @@ import JobModel
 /// of `KEY=value` lines to the Unix socket `NOTIFY_SOCKET` names. The socket here is the test's own,
 /// read as systemd reads it.
 @Suite("worker notifies the service manager", .onTestThreads) struct ServiceNotifyTests {
-    /// A datagram socket bound where `NOTIFY_SOCKET` will name it, as the service manager binds one.
-    final class NotifySocket {
-        let descriptor: Int32
-        /// The value for `NOTIFY_SOCKET`.
-        let name: String
-
-        /// Bound at `path`, or (nil) at a fresh name in the abstract namespace.
-        init(path: String? = nil) throws {
-            descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard descriptor >= 0 else { throw CLITestError("socket: \(String(cString: strerror(errno)))") }
-            name = path ?? "@jobctl-notify-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            var bytes = Array(name.utf8)
-            if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }
-            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-            let length = socklen_t(MemoryLayout<sockaddr_un>.offset(of: \.sun_path)! + bytes.count + (path == nil ? 0 : 1))
-            let bound = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) }
-            }
-            guard bound == 0 else { throw CLITestError("bind \(name): \(String(cString: strerror(errno)))") }
-        }
-
-        deinit { close(descriptor) }
-
-        /// The next datagram, or nil when none came within `seconds`.
-        func receive(within seconds: Double) -> String? {
-            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, Int32(seconds * 1_000)) == 1 else { return nil }
-            var buffer = [UInt8](repeating: 0, count: 4_096)
-            let count = recv(descriptor, &buffer, buffer.count, 0)
-            guard count >= 0 else { return nil }
-            return String(decoding: buffer[..<count], as: UTF8.self)
-        }
-
-        /// Every datagram that comes within `seconds`.
-        func receiveAll(for seconds: Double) -> [String] {
-            var messages: [String] = []
-            let end = Date().addingTimeInterval(seconds)
-            while case let left = end.timeIntervalSinceNow, left > 0 {
-                if let message = receive(within: left) { messages.append(message) }
-            }
-            return messages
-        }
-    }
-
     @Test("READY=1 after worker_started, STATUS= with its counts, the watchdog's pings, STOPPING=1 at SIGTERM")
     func readyStatusWatchdogStopping() throws {
         let workspace = try CLIWorkspace("notify")
@@ -118,6 +73,36 @@ import JobModel
         #expect(stopping.first?.contains("STOPPING=1\nSTATUS=stopping: releasing") == true, "\(stopping)")
         #expect(stopping.contains { $0.split(separator: "\n").contains("WATCHDOG=1") }, "\(stopping)")
         #expect(!stopping.contains { $0.contains("transfers running") }, "\(stopping)")
+    }
+
+    /// A turn waiting on its store within the store's limits past the interval is fed from another thread
+    /// (see `WatchdogStoreWaitTests` for a worker's); a loop not waiting so (hung elsewhere, or on a call past
+    /// those limits) is not, and the watchdog finds it.
+    @Test("the feeder's thread pings only while the loop waits within its store's limits, asking for half the ping period's wait")
+    func feederPingsOnlyWhileWaiting() throws {
+        let listener = try NotifySocket()
+        // An interval of 1 s: a ping due every 0.5 s, asked for at least every 0.125 s.
+        let notifier = try #require(try ServiceNotifier.fromEnvironment(["NOTIFY_SOCKET": listener.name, "WATCHDOG_USEC": "1000000"]))
+        let waiting = Mutex(false)
+        let asked = Mutex<Set<Int64>>([])
+        let feeder = try #require(try notifier.feedWhileWaiting { minimumMs in
+            asked.withLock { _ = $0.insert(minimumMs) }
+            return waiting.withLock { $0 }
+        })
+        defer { feeder.stop() }
+        func pings(for seconds: Double) -> Int {
+            listener.receiveAll(for: seconds).filter { $0.split(separator: "\n").contains("WATCHDOG=1") }.count
+        }
+        #expect(pings(for: 1.2) == 0)
+        waiting.withLock { $0 = true }
+        let fed = pings(for: 2.6)
+        #expect(fed >= 3 && fed <= 6, "\(fed) pings in 2.6 s")
+        // A store call counts once it has lasted half the pings' period (at most a second).
+        #expect(asked.withLock { $0 } == [250])
+        waiting.withLock { $0 = false }
+        _ = listener.receiveAll(for: 0.2)
+        #expect(pings(for: 1.2) == 0)
+        #expect(try ServiceNotifier.fromEnvironment(["NOTIFY_SOCKET": listener.name])?.feedWhileWaiting { _ in true } == nil)
     }
 
     @Test("a socket path works as the abstract name does; a watchdog meant for another process is not fed")

@@ -8,7 +8,9 @@ import Synchronization
 /// one also resets a connection before the server sees the statement, resets it once the server has
 /// answered (the server acted, the client never hears of it), cuts the answer after some bytes, or
 /// trickles it (and may then go silent part way through it). `goSilent()` silences the whole path at once:
-/// every open connection, and every new one (taken, never answered).
+/// every open connection, and every new one (taken, never answered). `partition()` holds the whole path
+/// until `heal()`, as a network partition that heals does: nothing is lost, everything sent meanwhile
+/// arrives after.
 ///
 /// Connections are numbered from 1 in accept order (a worker opens its store's connection first, then
 /// its lease renewals' at its first heartbeat). `stop()` closes every socket; call it in a `defer`.
@@ -72,6 +74,8 @@ public final class TCPFaultProxy: Sendable {
         /// The connections accepted while swallowing: never forwarded, closed by `stop`.
         var swallowed: [Int32] = []
         var stopped = false
+        /// While true, nothing is passed on either way, and new connections wait (see `partition`).
+        var partitioned = false
     }
 
     /// When a `trickleAnswer(…, silentAfter:)` rule's connection went silent (nil: none has yet).
@@ -124,6 +128,29 @@ public final class TCPFaultProxy: Sendable {
             return state.links
         }
         for link in links { link.mode.withLock { $0 = .silent } }
+    }
+
+    /// The whole path stops carrying bytes until `heal()`, as a network partition does: whatever either
+    /// side sends is held (what a pump has read, and behind it the sockets' buffers), and a new connection
+    /// is accepted and reaches the server only once healed. Unlike `goSilent`, nothing is dropped: TCP
+    /// delivers what was sent across a partition once it heals.
+    public func partition() {
+        state.withLock { $0.partitioned = true }
+    }
+
+    /// Ends `partition()`: what was held is passed on, and waiting connections reach the server.
+    public func heal() {
+        state.withLock { $0.partitioned = false }
+    }
+
+    /// Returns once the path is not partitioned (or the proxy stopped: then false).
+    private func throughPartition() -> Bool {
+        while true {
+            let (partitioned, stopped) = state.withLock { ($0.partitioned, $0.stopped) }
+            if stopped { return false }
+            if !partitioned { return true }
+            usleep(5_000)
+        }
     }
 
     /// Closes the listener and every connection.
@@ -212,20 +239,32 @@ public final class TCPFaultProxy: Sendable {
                 continue
             }
             if swallowing { continue }
-            let (upstream, connected) = LoopbackTCP.connect(port: upstreamPort)
-            guard connected else {
-                close(upstream)
-                Self.reset(client)
+            if state.withLock({ $0.partitioned }) {
+                // Taken; it reaches the server once the partition heals (reset should the proxy stop first).
+                Thread.detachNewThread { [self] in
+                    if throughPartition() { forward(client, number: number) } else { Self.reset(client) }
+                }
                 continue
             }
-            let link = Link(client: client, upstream: upstream, number: number)
-            state.withLock { $0.links.append(link) }
-            Thread.detachNewThread { [self] in
-                defer { link.requestsDone.signal() }
-                clientToServer(link)
-            }
-            Thread.detachNewThread { [self] in serverToClient(link) }
+            forward(client, number: number)
         }
+    }
+
+    /// Connects `client` to the server and starts its two pumps.
+    private func forward(_ client: Int32, number: Int) {
+        let (upstream, connected) = LoopbackTCP.connect(port: upstreamPort)
+        guard connected else {
+            close(upstream)
+            Self.reset(client)
+            return
+        }
+        let link = Link(client: client, upstream: upstream, number: number)
+        state.withLock { $0.links.append(link) }
+        Thread.detachNewThread { [self] in
+            defer { link.requestsDone.signal() }
+            clientToServer(link)
+        }
+        Thread.detachNewThread { [self] in serverToClient(link) }
     }
 
     /// Forwards what the client sends, watching it for the rules' markers.
@@ -284,7 +323,7 @@ public final class TCPFaultProxy: Sendable {
                     if more <= 0 { return }
                 }
             }
-            guard Self.writeAll(link.upstream, chunk) else {
+            guard throughPartition(), Self.writeAll(link.upstream, chunk) else {
                 finish(link, reset: link.mode.withLock { $0 } == .reset)
                 return
             }
@@ -308,7 +347,7 @@ public final class TCPFaultProxy: Sendable {
             let chunk = Array(buffer[0..<count])
             switch mode {
             case .forwarding:
-                guard Self.writeAll(link.client, chunk) else { return }
+                guard throughPartition(), Self.writeAll(link.client, chunk) else { return }
             case .silent:
                 continue
             case .swallowingAnswer:

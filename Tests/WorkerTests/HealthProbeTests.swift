@@ -26,6 +26,13 @@ import TestSupport
         let patient = WorkerHealth(storeWaitMs: 3_600_000, nowMs: 0)
         patient.loopTurned(nowMs: 0)
         #expect(patient.stalledAfterMs == 3_630_000 && patient.live(nowMs: 3_600_000).ok && !patient.live(nowMs: 3_700_000).ok)
+        // A turn held past the limit by its store, within the store's own limits (several calls, each
+        // queued behind the jobs' own): alive, saying so, and not ready; asked only once past the limit.
+        let late = 2_000 + WorkerHealth.stalledAfterMs + 1_000
+        #expect(health.live(nowMs: late, waitingOnStore: { true })
+                    == (true, "ok: its loop waits on the database (61 s), within the limits jobctl sets\n"))
+        #expect(health.ready(storeUp: true, nowMs: late, waitingOnStore: { true }) == (false, "not ready: its loop waits on the database (61 s)\n"))
+        #expect(health.live(nowMs: 3_000, waitingOnStore: { Issue.record("asked while the loop turns"); return false }) == (true, "ok\n"))
         health.loopTurned(nowMs: 70_000)
         health.stopping()
         #expect(health.live(nowMs: 70_100).ok)
