@@ -198,25 +198,28 @@ extension Commands {
     /// wait for them. Only the dry run said `kept_for_dependants`, and the note the text prints was not
     /// printed under --json: a caller never learnt that jobs were kept back.
     struct ArchivedView: Encodable {
-        let file: String, sha256: String, before: String, before_ms: Int64
-        let jobs: Int, events: Int, blobs: Int, blobs_removed: Int, first_seq: Int64, last_seq: Int64
+        /// The record, as `history --json` shows the `archived` event's.
+        let record: ArchiveView
         let dry_run: Bool, states: [String: Int], job_ids: [String], kept_for_dependants: Int
 
         init(_ record: ArchiveRecord, selection: ArchiveSelection) {
-            file = record.file
-            sha256 = record.sha256
-            before = RFC3339.string(record.beforeMs)
-            before_ms = record.beforeMs
-            jobs = record.jobs
-            events = record.events
-            blobs = record.blobs
-            blobs_removed = record.blobsRemoved
-            first_seq = record.firstSeq
-            last_seq = record.lastSeq
+            self.record = ArchiveView(record)
             dry_run = false
             states = Commands.stateCounts(selection)
             job_ids = selection.jobs.map(\.id)
             kept_for_dependants = selection.keptForDependants
+        }
+
+        enum CodingKeys: String, CodingKey { case dry_run, states, job_ids, kept_for_dependants }
+
+        /// One object: the record's keys beside the selection's.
+        func encode(to encoder: any Encoder) throws {
+            try record.encode(to: encoder)
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(dry_run, forKey: .dry_run)
+            try container.encode(states, forKey: .states)
+            try container.encode(job_ids, forKey: .job_ids)
+            try container.encode(kept_for_dependants, forKey: .kept_for_dependants)
         }
     }
 
