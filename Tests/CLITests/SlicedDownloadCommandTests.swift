@@ -11,23 +11,51 @@ import TestSupport
             .compactMap { $0.request.header("Range") }
     }
 
+    /// A 16 MiB object uploaded to the emulator through a fault proxy, in a workspace of its own: what a
+    /// worker then downloads in slices, the proxy holding or cutting them.
+    struct UploadedObject {
+        static let size = 16 << 20
+        let server: EmulatorServer, proxy: FaultProxy, workspace: CLIWorkspace
+        let bytes = Data((0..<UploadedObject.size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 16) })
+        let environment: [String: String]
+
+        init(engine: StoreEngine, _ name: String) throws {
+            server = try EmulatorServer.start()
+            do {
+                proxy = try FaultProxy(upstreamPort: server.port)
+            } catch {
+                server.stop()
+                throw error
+            }
+            do {
+                workspace = try CLIWorkspace(name, engine: engine)
+            } catch {
+                proxy.stop()
+                server.stop()
+                throw error
+            }
+            environment = ["STORAGE_EMULATOR_HOST": proxy.baseURL, "HOME": workspace.directory.path]
+            try bytes.write(to: URL(fileURLWithPath: workspace.directory.file("big.bin")))
+            #expect(try workspace.jobctl(["migrate"]).status == 0)
+            let upload = try workspace.write("up.yaml", "- {kind: upload-file, source: big.bin, destination: gs://\(server.bucket)/big.bin}\n")
+            #expect(try workspace.jobctl(["submit", upload], environment: environment).status == 0)
+            let uploaded = try workspace.jobctl(["worker", "--drain"], environment: environment)
+            #expect(uploaded.status == 0, "\(uploaded.stderr)")
+        }
+
+        func stop() {
+            workspace.directory.remove()
+            proxy.stop()
+            server.stop()
+        }
+    }
+
     @Test("a worker SIGKILLed mid-way: the next one fetches only the rest of each unfinished slice", arguments: StoreEngine.allCases)
     func killedMidWayResumesSliceBySlice(engine: StoreEngine) throws {
-        let server = try EmulatorServer.start()
-        defer { server.stop() }
-        let proxy = try FaultProxy(upstreamPort: server.port)
-        defer { proxy.stop() }
-        let workspace = try CLIWorkspace("cli-sliced", engine: engine)
-        defer { workspace.directory.remove() }
-        let size = 16 << 20
-        let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 16) })
-        try bytes.write(to: URL(fileURLWithPath: workspace.directory.file("big.bin")))
-        let environment = ["STORAGE_EMULATOR_HOST": proxy.baseURL, "HOME": workspace.directory.path]
-        #expect(try workspace.jobctl(["migrate"]).status == 0)
-        let upload = try workspace.write("up.yaml", "- {kind: upload-file, source: big.bin, destination: gs://\(server.bucket)/big.bin}\n")
-        #expect(try workspace.jobctl(["submit", upload], environment: environment).status == 0)
-        let uploaded = try workspace.jobctl(["worker", "--drain"], environment: environment)
-        #expect(uploaded.status == 0, "\(uploaded.stderr)")
+        let object = try UploadedObject(engine: engine, "cli-sliced")
+        defer { object.stop() }
+        let (server, proxy, workspace, bytes, environment) = (object.server, object.proxy, object.workspace, object.bytes, object.environment)
+        let size = UploadedObject.size
 
         // The first worker is held mid-way without timing: the first two slices come whole (8 MiB: one
         // checkpoint), the third answers nothing and the fourth stops after 1 MiB, until the worker dies.
@@ -92,20 +120,10 @@ import TestSupport
     @Test("slices dropped for a new generation leave the log: history, the worker's lines, its moved bytes",
           arguments: [(StoreEngine.sqlite, true), (.postgres, true), (.sqlite, false)])
     func droppedSlicesLeaveTheLog(engine: StoreEngine, cut: Bool) throws {
-        let server = try EmulatorServer.start()
-        defer { server.stop() }
-        let proxy = try FaultProxy(upstreamPort: server.port)
-        defer { proxy.stop() }
-        let workspace = try CLIWorkspace("cli-sliced-drop", engine: engine)
-        defer { workspace.directory.remove() }
-        let size = 16 << 20
-        let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 16) })
-        try bytes.write(to: URL(fileURLWithPath: workspace.directory.file("big.bin")))
-        let environment = ["STORAGE_EMULATOR_HOST": proxy.baseURL, "HOME": workspace.directory.path]
-        #expect(try workspace.jobctl(["migrate"]).status == 0)
-        let upload = try workspace.write("up.yaml", "- {kind: upload-file, source: big.bin, destination: gs://\(server.bucket)/big.bin}\n")
-        #expect(try workspace.jobctl(["submit", upload], environment: environment).status == 0)
-        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+        let object = try UploadedObject(engine: engine, "cli-sliced-drop")
+        defer { object.stop() }
+        let (server, proxy, workspace, bytes, environment) = (object.server, object.proxy, object.workspace, object.bytes, object.environment)
+        let size = UploadedObject.size
 
         // Held mid-way as in `killedMidWayResumesSliceBySlice`: two slices whole (one checkpoint), two stalled.
         let quarter = size / 4
