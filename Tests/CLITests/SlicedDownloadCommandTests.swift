@@ -43,6 +43,16 @@ import TestSupport
             #expect(uploaded.status == 0, "\(uploaded.stderr)")
         }
 
+        /// Holds a download of it in four slices mid-way, without timing: the first two come whole (8 MiB:
+        /// one checkpoint), the third answers nothing and the fourth stops after 1 MiB.
+        func holdMidWay() {
+            let quarter = Self.size / 4
+            proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * quarter)-")),
+                                .stallInResponse(afterBytes: 0, seconds: 300)))
+            proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * quarter)-")),
+                                .stallInResponse(afterBytes: 1 << 20, seconds: 300)))
+        }
+
         func stop() {
             workspace.directory.remove()
             proxy.stop()
@@ -59,11 +69,7 @@ import TestSupport
 
         // The first worker is held mid-way without timing: the first two slices come whole (8 MiB: one
         // checkpoint), the third answers nothing and the fourth stops after 1 MiB, until the worker dies.
-        let quarter = size / 4
-        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * quarter)-")),
-                            .stallInResponse(afterBytes: 0, seconds: 300)))
-        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * quarter)-")),
-                            .stallInResponse(afterBytes: 1 << 20, seconds: 300)))
+        object.holdMidWay()
         let id = try #require(try workspace.submit("- {kind: download-file, source: gs://\(server.bucket)/big.bin, destination: out/big.bin}\n").first)
         let first = Process()
         first.executableURL = URL(fileURLWithPath: PackagePaths.jobctlBinary)
@@ -126,11 +132,7 @@ import TestSupport
         let size = UploadedObject.size
 
         // Held mid-way as in `killedMidWayResumesSliceBySlice`: two slices whole (one checkpoint), two stalled.
-        let quarter = size / 4
-        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(2 * quarter)-")),
-                            .stallInResponse(afterBytes: 0, seconds: 300)))
-        proxy.add(FaultRule(RequestMatch(method: "GET", headerContains: ProxyHeader("Range", "bytes=\(3 * quarter)-")),
-                            .stallInResponse(afterBytes: 1 << 20, seconds: 300)))
+        object.holdMidWay()
         let id = try #require(try workspace.submit("- {kind: download-file, source: gs://\(server.bucket)/big.bin, destination: out/big.bin}\n").first)
         let first = try LoggedWorker(workspace, ["--lease", "1s", "--sliced-threshold", "1MiB", "--slices", "4"], environment: environment,
                                      logName: "first.log")
