@@ -115,12 +115,16 @@ public actor TaskRunner {
         }
     }
 
+    /// `run()` and the bytes of earlier attempts it kept (`TaskStateMachine.bytesKeptFromEarlierAttempts`,
+    /// what its logged rate leaves out), read in the same turn on this actor: asked for apart, they were a
+    /// second hop onto the runner for every job.
+    public func runCountingKeptBytes() async -> (outcome: TaskRunOutcome, keptBytes: Int64) {
+        let outcome = await run()
+        return (outcome, machine.bytesKeptFromEarlierAttempts)
+    }
+
     /// The phase of the attempt right now.
     public var phase: TaskPhase { machine.phase }
-
-    /// The bytes of earlier attempts this one kept (`TaskStateMachine.bytesKeptFromEarlierAttempts`):
-    /// what its logged rate leaves out.
-    public var bytesKeptFromEarlierAttempts: Int64 { machine.bytesKeptFromEarlierAttempts }
 
     /// A snapshot of the task right now. `status` is `progress` while the attempt runs, `success` or
     /// `failure` (failed, cancelled) once it ended that way, and `pause` when it stopped without an end

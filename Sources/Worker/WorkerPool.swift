@@ -890,9 +890,8 @@ public final class WorkerPool: Sendable {
     /// The body of a job's task (see `launch`): its locals end with it, before the task's last statement.
     private static func runJob(_ jobID: String, _ handOver: RunnerHandOver, reportingTo pool: WorkerPool?) async {
         guard let runner = handOver.take() else { return }
-        let outcome = await runner.run()
         // The bytes of earlier attempts the run kept, not the claim's point: a download may have dropped them.
-        let kept = await runner.bytesKeptFromEarlierAttempts
+        let (outcome, kept) = await runner.runCountingKeptBytes()
         pool?.finished(jobID, runner: runner, outcome: outcome, keptBytes: kept)
     }
 
