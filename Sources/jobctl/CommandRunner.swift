@@ -14,7 +14,7 @@ enum CommandRunner {
         Commands.watch, Commands.result,
         Commands.pause, Commands.resume, Commands.cancel, Commands.retry,
         Commands.worker, Commands.stats, Commands.replay, Commands.migrate, Commands.orphans,
-        Commands.completion, Commands.archive, Commands.config,
+        Commands.completion, Commands.archive, Commands.backup, Commands.config,
     ]
 
     /// Runs one command line. SIGTERM and SIGINT are blocked on entry (see `main.swift`); only `worker`

@@ -1,0 +1,148 @@
+import Foundation
+import JobModel
+import StorePort
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What `EventStore.backup(to:)` wrote.
+public struct BackupSummary: Sendable, Equatable {
+    /// The copy's path, as given.
+    public let path: String
+    /// Its size in bytes.
+    public let size: Int64
+    /// The jobs and events it holds.
+    public let jobs: Int
+    public let events: Int
+    /// The newest schema migration it carries.
+    public let schemaVersion: Int
+}
+
+extension EventStore {
+    /// Writes a consistent copy of the whole database to `destination`, a path where nothing exists yet,
+    /// while workers and other commands go on writing.
+    ///
+    /// Why not `cp`: a WAL database is two files written at different times, and a copy of the main file
+    /// alone (or of both, taken a moment apart) lacks or tears the transactions not yet checkpointed. Here
+    /// SQLite's `VACUUM INTO` writes every page of one read snapshot (every commit before it, none after)
+    /// into a new, compacted single file in rollback-journal mode, so the copy needs no `-wal` beside it
+    /// and any jobctl (or `sqlite3`) opens it as it is.
+    ///
+    /// The copy is written under a hidden name beside `destination`, created first with the database's
+    /// own permission bits and group (the log holds the URLs the jobs name, tokens included, so a copy
+    /// must not be readable by more people than the log; `VACUUM INTO` would create it 0644), synced, checked
+    /// (`PRAGMA quick_check` and its counts, through a connection of its own), linked to `destination`
+    /// (which fails if anything appeared there meanwhile: nothing is ever replaced) and its folder synced.
+    /// Any failure removes the hidden file (and the journal SQLite wrote beside it); `destination` then
+    /// does not exist.
+    ///
+    /// See https://www.sqlite.org/lang_vacuum.html#vacuuminto
+    public func backup(to destination: String) throws(StoreError) -> BackupSummary {
+        let shown = TerminalText.printable(destination)
+        guard let name = SlashSeparatedPath.lastPart(of: destination), !destination.hasSuffix("/"), name != ".", name != ".." else {
+            throw StoreError.unusablePath("'\(shown)' names a folder: give the path of the new backup file")
+        }
+        var found = stat()
+        if lstat(destination, &found) == 0 {
+            let what = found.st_mode & S_IFMT == S_IFDIR ? "a folder" : found.st_mode & S_IFMT == S_IFLNK ? "a symbolic link" : "a file"
+            throw StoreError.unusablePath("'\(shown)' already exists (\(what)): a backup never replaces anything; "
+                                          + "give a new name or remove it first")
+        }
+        let folder = SlashSeparatedPath.directory(of: destination)
+        // `VACUUM INTO` takes a file name as SQLite does: a relative `file:x` would be read as a URI.
+        let prefix = folder.hasPrefix("/") ? folder : folder.hasPrefix("./") || folder == "." ? folder : "./" + folder
+        let temporary = (prefix == "/" ? "" : prefix) + "/" + HiddenName.make(String(name), suffix: ".\(getpid()).jobctl-backup")
+        var source = stat()
+        guard stat(path, &source) == 0 else {
+            throw StoreError.io("cannot read '\(TerminalText.printable(path))': \(String(cString: strerror(errno)))")
+        }
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            let code = errno
+            let reason = "cannot create '\(shown)': \(String(cString: strerror(code)))"
+            switch code {
+            case ENOENT, ENOTDIR: throw StoreError.unusablePath(reason + "; the folder '\(TerminalText.printable(folder))' does not exist")
+            case EACCES, EPERM, EROFS: throw StoreError.unusablePath(reason + "; choose a folder this user may write")
+            default: throw StoreError.io(reason + "; check the folder and free space")
+            }
+        }
+        var linked = false
+        defer {
+            if !linked { unlink(temporary) }
+            // The journal SQLite keeps while it writes the copy (left behind when that failed part way).
+            unlink(temporary + "-journal")
+        }
+        // The database's group where this user may give it (a group-shared log), then its bits: never
+        // wider than the log's, and never executable.
+        _ = fchown(descriptor, uid_t.max, source.st_gid)
+        _ = fchmod(descriptor, source.st_mode & 0o666)
+        close(descriptor)
+
+        do {
+            try withConnection { (connection) throws(StoreError) in
+                try connection.run("VACUUM INTO ?", [.text(temporary)])
+            }
+        } catch {
+            // Said as the backup's failure: "database or disk is full" alone read as the log's own disk.
+            let reason: String
+            switch error {
+            case .io(let message): reason = message
+            case .sqlite(_, let message, _): reason = message
+            default: throw error
+            }
+            throw StoreError.unusablePath("cannot write the backup '\(shown)': \(reason); nothing was kept: check the free space and "
+                                          + "permissions of '\(TerminalText.printable(folder))'")
+        }
+        try Self.syncFile(temporary)
+        let summary = try Self.checkCopy(temporary, shownAs: destination)
+        guard link(temporary, destination) == 0 else {
+            let code = errno
+            if code == EEXIST {
+                throw StoreError.unusablePath("'\(shown)' appeared while the backup was written: a backup never replaces anything; "
+                                              + "give a new name")
+            }
+            throw StoreError.io("cannot name the backup '\(shown)': \(String(cString: strerror(code)))")
+        }
+        linked = true
+        unlink(temporary)
+        try Self.syncFolder(folder)
+        return BackupSummary(path: destination, size: summary.size, jobs: summary.jobs, events: summary.events,
+                             schemaVersion: summary.schemaVersion)
+    }
+
+    /// Reads the finished copy back through its own connection: the file must pass `quick_check`, and
+    /// its counts say what it holds.
+    private static func checkCopy(_ temporary: String, shownAs destination: String) throws(StoreError) -> BackupSummary {
+        let copy = try SQLiteConnection(path: temporary, readOnly: true, create: false)
+        let damage = try quickCheck(copy)
+        if let first = damage.first {
+            throw StoreError.io("the backup written for '\(TerminalText.printable(destination))' does not read back whole "
+                                + "(SQLite quick_check: \(first)); nothing was kept: check the disk and try again")
+        }
+        let jobs = try copy.first("SELECT count(*) FROM jobs") { row in row.int(0) } ?? 0
+        let events = try copy.first("SELECT count(*) FROM events") { row in row.int(0) } ?? 0
+        let schema = try copy.first("SELECT max(version) FROM schema_migrations") { row in row.int(0) } ?? 0
+        var info = stat()
+        let size = stat(temporary, &info) == 0 ? Int64(info.st_size) : 0
+        return BackupSummary(path: destination, size: size, jobs: jobs, events: events, schemaVersion: schema)
+    }
+
+    private static func syncFile(_ path: String) throws(StoreError) {
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw StoreError.io("cannot open '\(TerminalText.printable(path))' to sync it: \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else {
+            throw StoreError.io("cannot sync the backup to disk: \(String(cString: strerror(errno))); check the disk and free space")
+        }
+    }
+
+    /// Makes the new name durable. See fsync(2): syncing a file does not sync its directory entry.
+    private static func syncFolder(_ folder: String) throws(StoreError) {
+        let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw StoreError.io("cannot open '\(TerminalText.printable(folder))' to sync it: \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else {
+            throw StoreError.io("cannot sync '\(TerminalText.printable(folder))': \(String(cString: strerror(errno)))")
+        }
+    }
+}
