@@ -42,6 +42,11 @@ extension EventStore {
         guard let name = SlashSeparatedPath.lastPart(of: destination), !destination.hasSuffix("/"), name != ".", name != ".." else {
             throw StoreError.unusablePath("'\(shown)' names a folder: give the path of the new backup file")
         }
+        // The log's own names even where no file is yet: a copy named `DB-wal` would be read as the log's
+        // write-ahead log by its next open.
+        if let own = sqliteLogFiles(path).first(where: { Self.sameEntry($0, destination) }) {
+            throw StoreError.unusablePath("'\(shown)' is this log's own '\(TerminalText.printable(own))': give the backup another name")
+        }
         var found = stat()
         if lstat(destination, &found) == 0 {
             let what = found.st_mode & S_IFMT == S_IFDIR ? "a folder" : found.st_mode & S_IFMT == S_IFLNK ? "a symbolic link" : "a file"
@@ -125,6 +130,16 @@ extension EventStore {
         var info = stat()
         let size = stat(temporary, &info) == 0 ? Int64(info.st_size) : 0
         return BackupSummary(path: destination, size: size, jobs: jobs, events: events, schemaVersion: schema)
+    }
+
+    /// Whether `a` and `b` name the same entry: the same last part in the same folder (by device and
+    /// inode, so `./x` and `/abs/x` or a linked folder are seen as one), whether or not the entry exists.
+    private static func sameEntry(_ a: String, _ b: String) -> Bool {
+        guard let first = SlashSeparatedPath.lastPart(of: a), let second = SlashSeparatedPath.lastPart(of: b),
+              first.utf8.elementsEqual(second.utf8) else { return false }
+        var one = stat(), two = stat()
+        guard stat(SlashSeparatedPath.directory(of: a), &one) == 0, stat(SlashSeparatedPath.directory(of: b), &two) == 0 else { return false }
+        return one.st_dev == two.st_dev && one.st_ino == two.st_ino
     }
 
     private static func syncFile(_ path: String) throws(StoreError) {

@@ -84,7 +84,9 @@ import TestSupport
         for (path, says) in [(existing, "already exists (a file)"), (link, "already exists (a symbolic link)"),
                              (workspace.directory.file("folder"), "already exists (a folder)"),
                              (workspace.directory.file("folder/"), "names a folder"), (".", "names a folder"),
-                             (workspace.directory.file("missing/b.db"), "does not exist")] {
+                             (workspace.directory.file("missing/b.db"), "does not exist"),
+                             ("jobctl.db-wal", "is this log's own"), ("./jobctl.db-shm", "is this log's own"),
+                             (workspace.directory.file("jobctl.db-journal"), "is this log's own")] {
             let refused = try workspace.jobctl(["backup", path])
             #expect(refused.status == 1, "\(path): \(refused.stderr)")
             #expect(refused.stderr.contains(says), "\(path): \(refused.stderr)")
@@ -93,6 +95,12 @@ import TestSupport
         #expect(try String(contentsOfFile: existing, encoding: .utf8) == "keep me")
         #expect(try String(contentsOfFile: target, encoding: .utf8) == "target")
         #expect(Self.leftovers(in: workspace.directory.path).isEmpty)
+        // Readers leave an empty -wal and a -shm: neither may be a copy of the database.
+        #expect(!FileManager.default.fileExists(atPath: workspace.database + "-journal"))
+        for suffix in ["-wal", "-shm"] {
+            let head = FileManager.default.contents(atPath: workspace.database + suffix)?.prefix(16) ?? Data()
+            #expect(head != Data("SQLite format 3\u{0}".utf8), "\(suffix) holds a database")
+        }
         // A name SQLite would read as a URI is a file name like any other.
         let odd = try workspace.jobctl(["backup", "file:odd.db?mode=memory"])
         #expect(odd.status == 0, "\(odd.stderr)")
