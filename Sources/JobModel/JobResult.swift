@@ -263,6 +263,33 @@ public struct DownloadSlice: Codable, Sendable, Equatable, Hashable {
     /// Whether every byte of the slice is on disk.
     public var isComplete: Bool { confirmed >= length }
 
+    /// Why `slices` cannot be continued as the plan of a sliced download of an object of `size` bytes
+    /// (nil when it can): a logged plan is continued whatever the resuming worker's own `--slices`, so
+    /// one read from a damaged or hand-edited log is checked before a byte is written at its offsets —
+    /// between `counts` slices (the `--slices` range), each of at least one byte with no more confirmed
+    /// than it holds, the first at byte 0, each starting where the one before ends, the last ending at
+    /// `size`.
+    public static func planFault(_ slices: [DownloadSlice], size: Int64, counts: ClosedRange<Int>) -> String? {
+        guard counts.contains(slices.count) else {
+            return "it has \(slices.count) slices, not \(counts.lowerBound) to \(counts.upperBound)"
+        }
+        var end: Int64 = 0
+        for (index, slice) in slices.enumerated() {
+            guard slice.start == end else {
+                return "slice \(index + 1) starts at byte \(slice.start), not at byte \(end) where the one before ends"
+            }
+            guard slice.length > 0, slice.length <= size - end else {
+                return "slice \(index + 1) of \(slice.length) bytes does not fit the object's \(size) from byte \(slice.start)"
+            }
+            guard slice.confirmed >= 0, slice.confirmed <= slice.length else {
+                return "slice \(index + 1) records \(slice.confirmed) confirmed bytes of its \(slice.length)"
+            }
+            end += slice.length
+        }
+        guard end == size else { return "its slices end at byte \(end), not at the object's \(size) bytes" }
+        return nil
+    }
+
     /// `count` slices covering `size` bytes, in order, the first ones one byte longer when the size does
     /// not divide evenly; fewer slices (at least one) when the object has fewer bytes than `count`.
     public static func plan(size: Int64, count: Int) -> [DownloadSlice] {

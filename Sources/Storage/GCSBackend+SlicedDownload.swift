@@ -6,18 +6,39 @@ import Synchronization
 // MARK: - Sliced downloads
 
 extension GCSBackend {
-    /// Whether a download of `object` to a file is sliced: slicing is on, the object is at least the
-    /// threshold, GCS reports its CRC32C (slices are checked by combining theirs; MD5 cannot be
-    /// combined, so a job asking for MD5 downloads in one stream), and no single-stream download of this
-    /// generation is under way (its bytes are continued as they are).
-    func downloadsInSlices(_ object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> Bool {
-        guard let threshold = configuration.slicedThreshold, object.size >= threshold, object.size > 0,
-              object.generation != nil, object.crc32c != nil, !md5 else { return false }
-        if case .download(let written, let generation, _, _, _, _)? = resume, written > 0, generation == object.generation { return false }
-        return true
+    /// The slices a download of `object` to a file is fetched in, nil when it goes in one stream.
+    ///
+    /// A sliced download the log's point holds bytes of, of this generation, goes on in the slices it
+    /// logged (`loggedSlices`), whatever this worker's own `--slices` and `--sliced-threshold`: a worker
+    /// with another count, or with slicing off, fetched the whole object again. Otherwise it is sliced
+    /// when slicing is on and the object is at least the threshold, GCS reports its CRC32C (slices are
+    /// checked by combining theirs; MD5 cannot be combined, so a job asking for MD5 downloads in one
+    /// stream), and no single-stream download of this generation is under way (its bytes are continued
+    /// as they are): then in `configuration.sliceCount` slices, none holding a byte yet.
+    func slices(for object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> [DownloadSlice]? {
+        guard object.size > 0, object.generation != nil, object.crc32c != nil, !md5 else { return nil }
+        if case .download(let written, let generation, _, _, _, _)? = resume, written > 0, generation == object.generation { return nil }
+        if let logged = loggedSlices(of: object, resumingFrom: resume) { return logged }
+        guard let threshold = configuration.slicedThreshold, object.size >= threshold else { return nil }
+        return DownloadSlice.plan(size: object.size, count: configuration.sliceCount)
     }
 
-    /// Downloads `object` (pinned to its generation) as `configuration.sliceCount` Range requests run
+    /// The slices `resume` logged, with their confirmed bytes, when the download continues them: a sliced
+    /// download of `object`'s generation holding bytes, its plan one of this object
+    /// (`DownloadSlice.planFault`: a damaged or hand-edited point is not continued, and its bytes are
+    /// dropped as any other point's that cannot be), and its partial file still the one it recorded, at
+    /// least the object's size. A file gone or replaced leaves the choice to this worker's own settings;
+    /// `PartialFile` checks it again when it opens it, and a file gone between the two starts again in
+    /// the logged slices.
+    func loggedSlices(of object: StorageObject, resumingFrom resume: ResumePoint?) -> [DownloadSlice]? {
+        guard case .slicedDownload(let slices, let generation, let tempPath, let file)? = resume, generation == object.generation,
+              resume?.holdsNoDownloadedBytes == false,
+              DownloadSlice.planFault(slices, size: object.size, counts: StorageConfiguration.sliceCountRange) == nil,
+              let found = PartialFile.destinationStatus(tempPath), found.identity == file, found.size >= object.size else { return nil }
+        return slices
+    }
+
+    /// Downloads `object` (pinned to its generation) as Range requests of `slices` (`slices(for:…)`) run
     /// in parallel on the curl engine, each writing at its own offsets into one partial file, as gcloud
     /// storage does above `sliced_object_download_threshold`.
     ///
@@ -26,28 +47,22 @@ extension GCSBackend {
     ///   pause, a failure or a crash) re-hashes those prefixes and requests only the rest of each slice.
     /// - Each slice keeps its own CRC32C; the whole object's is their `CRC32C.combine`, compared with the
     ///   object's. A mismatch removes the partial file and fails with `nonMatchingChecksum`.
-    func slicedDownload(_ object: StorageObject, of reference: StorageReference, to destination: String, within: String?, replacing: Bool,
-                        resumingFrom resume: ResumePoint?, control: TransferControl,
+    func slicedDownload(_ object: StorageObject, in slices: [DownloadSlice], of reference: StorageReference, to destination: String,
+                        within: String?, replacing: Bool, resumingFrom resume: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let total = object.size
         let generation = object.generation ?? ""
         let url = mediaURL(reference, generation: generation)
-        var plan = DownloadSlice.plan(size: total, count: configuration.sliceCount)
-        var usable = resume
-        if case .slicedDownload(let recorded, let recordedGeneration, _, _)? = resume, recordedGeneration == generation,
-           recorded.map({ DownloadSlice(start: $0.start, length: $0.length) }) == plan,
-           recorded.allSatisfy({ $0.confirmed >= 0 && $0.confirmed <= $0.length }) {
-            plan = recorded
-        } else {
-            usable = nil
-        }
+        var plan = slices
+        // Only a point whose slices are continued names the file to open; any other is dropped below.
+        let usable = plan.contains { $0.confirmed > 0 } ? resume : nil
         let partial = try PartialFile(slicing: destination, jobID: control.jobID, leaseToken: control.leaseToken, size: total,
                                       resumeFrom: usable, recorded: resume, within: within)
         if !partial.resumed {
             plan = plan.map { DownloadSlice(start: $0.start, length: $0.length) }
-            // The log's point was not continued (another generation or slice plan, a one-stream point, its
-            // file gone): a checkpoint of no bytes replaces it before any other, else an attempt failing
-            // before its first checkpoint left it standing for the next.
+            // The log's point was not continued (another generation, a slice plan not of this object, a
+            // one-stream point, its file gone): a checkpoint of no bytes replaces it before any other,
+            // else an attempt failing before its first checkpoint left it standing for the next.
             if let resume, resume.isDownload, resume.bytesDone > 0 { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
         }
         let progress = ProgressThrottle(total: total, report: report)

@@ -1014,9 +1014,9 @@ public struct GCSBackend: StorageBackend {
         }
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
         if let settled = try await rule.skipsDownloadOffPool(of: object, crc32c: object.crc32c, to: destination) { return settled }
-        if downloadsInSlices(object, md5: md5, resumingFrom: resumePoint) {
-            return try await slicedDownload(object, of: reference, to: destination, within: within, replacing: replacing, resumingFrom: resumePoint,
-                                            control: control, report: report)
+        if let slices = slices(for: object, md5: md5, resumingFrom: resumePoint) {
+            return try await slicedDownload(object, in: slices, of: reference, to: destination, within: within, replacing: replacing,
+                                            resumingFrom: resumePoint, control: control, report: report)
         }
         let generation = object.generation
         var resume = resumePoint

@@ -351,14 +351,30 @@ public final class WorkerLog: Sendable {
     }
 
     /// The task's `started` event was written: `resumed` when it continues from a resume point (not one
-    /// of a download whose bytes were dropped: that attempt starts at byte 0).
-    func started(jobID: String, kind: JobKind, progress: TransferProgress, now: Int64) {
+    /// of a download whose bytes were dropped: that attempt starts at byte 0). Returns the `from_bytes`
+    /// logged (nil: `started`), which a later checkpoint holding fewer contradicts (`restarted`).
+    @discardableResult
+    func started(jobID: String, kind: JobKind, progress: TransferProgress, now: Int64) -> Int64? {
         let resumed = progress.resumePoint.map { !$0.holdsNoDownloadedBytes } ?? false || (progress.bytesDone ?? 0) > 0
         var fields: [(String, WorkerLogValue)] = []
         if let attempt = progress.attempt { fields.append(("attempt", .integer(Int64(attempt)))) }
         if resumed { fields.append(("from_bytes", .integer(progress.bytesDone ?? 0))) }
         if let total = progress.bytesTotal { fields.append(("bytes_total", .integer(total))) }
         record(WorkerLogEntry(atMs: now, level: .info, event: resumed ? .resumed : .started, jobID: jobID, kind: kind, fields: fields))
+        return resumed ? progress.bytesDone ?? 0 : nil
+    }
+
+    /// An attempt logged `resumed … from_bytes=loggedFrom` wrote a checkpoint holding fewer bytes: the
+    /// transfer found the earlier bytes unusable only once it ran (its partial file replaced, truncated
+    /// or another inode, the object changed, the server ignoring the range, an upload session lost) and
+    /// goes on from `point`'s — byte 0 for a dropped download. Said at once, so that no reader of the
+    /// log takes the `resumed` line for a resume that did not happen (the success's `moved_bytes` and
+    /// rate already count from the checkpoint).
+    func restarted(jobID: String, kind: JobKind, loggedFrom: Int64, point: ResumePoint, bytesTotal: Int64?, now: Int64) {
+        var fields: [(String, WorkerLogValue)] = [("from_bytes", .integer(point.bytesDone)),
+                                                  ("dropped_bytes", .integer(loggedFrom - point.bytesDone))]
+        if let bytesTotal { fields.append(("bytes_total", .integer(bytesTotal))) }
+        record(WorkerLogEntry(atMs: now, level: .info, event: .restarted, jobID: jobID, kind: kind, fields: fields))
     }
 
     func progress(jobID: String, kind: JobKind, progress: TransferProgress, now: Int64) {

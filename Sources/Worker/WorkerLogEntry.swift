@@ -41,6 +41,10 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     case started
     /// A claimed job's transfer continued from its resume point.
     case resumed
+    /// A transfer logged `resumed` found fewer of the earlier bytes usable than it was logged resuming
+    /// from (a partial file replaced, truncated or gone, the object changed, an upload session lost): it
+    /// goes on from `from_bytes` — 0 for a dropped download —, as the event log's checkpoint says.
+    case restarted
     /// Bytes moved (verbose only).
     case progress
     /// The job stopped at its resume point on request.

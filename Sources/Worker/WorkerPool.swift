@@ -1136,6 +1136,14 @@ struct LeaseSink: TaskEventSink {
     let leaseExpiresAtMs: @Sendable () -> Int64?
     /// Told of every write that failed for good (the pool stops on a damaged or replaced database).
     let storeFailed: @Sendable (StoreError) -> Void
+    /// The `from_bytes` the attempt's `resumed` line logged, until a checkpoint holding fewer says the
+    /// transfer could not keep them (`WorkerLog.restarted`).
+    let resumedFrom = ResumedFrom()
+
+    /// What an attempt's `resumed` line claimed (one sink per attempt; its events are written in order).
+    final class ResumedFrom: Sendable {
+        let bytes = Mutex<Int64?>(nil)
+    }
 
     /// The first wait before a failed write is tried again; it doubles up to `maxRetryDelayMs`.
     static let firstRetryDelayMs: Int64 = 50
@@ -1214,9 +1222,21 @@ struct LeaseSink: TaskEventSink {
         // Outcomes (paused, succeeded, …) are reported by the pool when the run returns.
         for event in events {
             switch event.payload {
-            case .started(let progress): log.started(jobID: jobID, kind: kind, progress: progress, now: after)
-            case .progress(let progress) where log.isEnabled(.debug):
-                log.progress(jobID: jobID, kind: kind, progress: progress, now: after)
+            case .started(let progress):
+                let from = log.started(jobID: jobID, kind: kind, progress: progress, now: after)
+                resumedFrom.bytes.withLock { $0 = from }
+            case .progress(let progress):
+                // A checkpoint holding fewer bytes than the `resumed` line claimed: the transfer dropped
+                // them (found only once it ran), and the log says so as that checkpoint is written.
+                if let point = progress.resumePoint,
+                   let claimed = resumedFrom.bytes.withLock({ claimed -> Int64? in
+                       guard let from = claimed, point.bytesDone < from else { return nil }
+                       claimed = point.bytesDone > 0 ? point.bytesDone : nil
+                       return from
+                   }) {
+                    log.restarted(jobID: jobID, kind: kind, loggedFrom: claimed, point: point, bytesTotal: progress.bytesTotal, now: after)
+                }
+                if log.isEnabled(.debug) { log.progress(jobID: jobID, kind: kind, progress: progress, now: after) }
             default: break
             }
         }

@@ -60,8 +60,30 @@ import TestSupport
         }
     }
 
-    @Test("a worker SIGKILLed mid-way: the next one fetches only the rest of each unfinished slice", arguments: StoreEngine.allCases)
-    func killedMidWayResumesSliceBySlice(engine: StoreEngine) throws {
+    /// How the worker that takes over a download killed mid-way in four slices is set up.
+    enum TakingOver: String, CaseIterable, Sendable {
+        /// As the first: `--slices 4` (the default).
+        case sameSlices
+        /// `--slices 2`: it fetched the object again from byte 0.
+        case twoSlices
+        /// `--sliced-threshold off`: it fetched the object again from byte 0, in one stream.
+        case slicingOff
+
+        var flags: [String] {
+            switch self {
+            case .sameSlices: ["--sliced-threshold", "1MiB"]
+            case .twoSlices: ["--sliced-threshold", "1MiB", "--slices", "2"]
+            case .slicingOff: ["--sliced-threshold", "off"]
+            }
+        }
+    }
+
+    /// Whatever the second worker's `--slices` or `--sliced-threshold`, it goes on in the slices the log
+    /// holds, asking only for what each still lacks: its log says it resumed from the bytes kept, and its
+    /// success counts only what it moved.
+    @Test("a worker SIGKILLed mid-way: the next one fetches only the rest of each unfinished slice, whatever its slice settings",
+          arguments: StoreEngine.allCases, TakingOver.allCases)
+    func killedMidWayResumesSliceBySlice(engine: StoreEngine, takingOver: TakingOver) throws {
         let object = try UploadedObject(engine: engine, "cli-sliced")
         defer { object.stop() }
         let (server, proxy, workspace, bytes, environment) = (object.server, object.proxy, object.workspace, object.bytes, object.environment)
@@ -105,7 +127,7 @@ import TestSupport
         #expect(done >= 8 << 20 && done < size, "\(slices)")
 
         // A second worker takes the job over once the lease ran out and finishes it.
-        let second = try workspace.jobctl(["worker", "--drain", "--sliced-threshold", "1MiB"], environment: environment)
+        let second = try workspace.jobctl(["worker", "--drain", "--log-format", "json"] + takingOver.flags, environment: environment)
         #expect(second.status == 0, "\(second.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.directory.file("out/big.bin"))) == bytes)
         let result = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
@@ -114,6 +136,16 @@ import TestSupport
         let expected = recorded.filter { $0.confirmed < $0.length }.map { "bytes=\($0.start + $0.confirmed)-\($0.start + $0.length - 1)" }
         #expect(Set(resumed) == Set(expected) && resumed.count == expected.count, "\(resumed) vs \(expected)")
         #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("out/.big.bin.\(id).jobctl-partial")))
+        // The worker's log and the event log: resumed from the bytes kept, none of them dropped.
+        let log = second.stderr.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        func fields(_ event: String) -> [String: Any]? {
+            log.first { $0["event"] as? String == event && $0["job"] as? String == id }?["fields"] as? [String: Any]
+        }
+        #expect(fields("resumed")?["from_bytes"] as? Int == done && fields("restarted") == nil, "\(second.stderr)")
+        #expect(fields("succeeded")?["moved_bytes"] as? Int == size - done, "\(second.stderr)")
+        let events = try #require(try workspace.json(["history", id, "--json"]) as? [[String: Any]])
+        let kept = events.compactMap { ($0["data"] as? [String: Any])?["resume_point"] as? [String: Any] }.compactMap { $0["bytes_written"] as? Int }
+        #expect(!kept.contains(0), "a checkpoint dropped the kept bytes: \(kept)")
     }
 
     /// A sliced download killed mid-way whose object is then replaced: the next attempt plans on the new

@@ -308,10 +308,11 @@ import TestSupport
     enum SliceDrop: String, CaseIterable, Sendable {
         /// The object replaced since the pause: the new generation starts at byte 0.
         case newGeneration
-        /// A worker with another `--slices`: the recorded plan is not continued.
-        case otherPlan
-        /// A worker with slicing off: one stream does not continue a sliced point.
-        case oneStream
+        /// A logged plan that is not one of the object (a damaged or edited log: its second slice starting
+        /// a byte early), resumed by a worker that slices: not continued, whatever its bytes.
+        case planNotOfTheObject
+        /// The same, resumed by a worker with slicing off: one stream does not continue a sliced point.
+        case planNotOfTheObjectInOneStream
         /// The temporary file replaced at its name: the commit refuses and removes ours (retryable).
         case refusedCommit
         /// A byte flipped in a resumed slice: the combined CRC32C fails and the file goes.
@@ -353,14 +354,17 @@ import TestSupport
 
         let control = TransferControl(jobID: jobID)
         var resumedOn: any StorageBackend = backend
+        var resume = point
         var onEvent: (@Sendable (TransferEvent) -> Void)?
         switch drop {
         case .newGeneration:
             _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: Data(bytes.reversed()))))
-        case .otherPlan:
-            resumedOn = Self.backend(proxy, slices: 3)
-        case .oneStream:
-            resumedOn = Self.backend(proxy, slicedThreshold: nil)
+        case .planNotOfTheObject, .planNotOfTheObjectInOneStream:
+            guard case .slicedDownload(var slices, let generation, let tempPath, let file) = point else { return }
+            slices[1].start -= 1
+            slices[1].length += 1
+            resume = .slicedDownload(slices: slices, generation: generation, tempPath: tempPath, file: file)
+            if drop == .planNotOfTheObjectInOneStream { resumedOn = Self.backend(proxy, slicedThreshold: nil) }
         case .refusedCommit:
             // Another file renamed onto the temporary name while the slices are fetched.
             let other = tempPath + ".other"
@@ -382,9 +386,9 @@ import TestSupport
             onEvent = { event in if case .progress = event { control.stop(.cancel) } }
         }
         let recorder = EventRecorder(onEvent: onEvent)
-        let outcome = await run(resumedOn, spec, resume: point, control: control, recorder: recorder)
+        let outcome = await run(resumedOn, spec, resume: resume, control: control, recorder: recorder)
         switch drop {
-        case .newGeneration, .otherPlan, .oneStream:
+        case .newGeneration, .planNotOfTheObject, .planNotOfTheObjectInOneStream:
             // Started over, and said so before anything else.
             _ = try finished(outcome)
             let first = try #require(recorder.checkpoints.first, "no checkpoint replaced the point the log holds")
@@ -628,6 +632,105 @@ import TestSupport
         let second = Self.mediaGets(proxy).dropFirst(firstRound).compactMap(\.range)
         let expected = slices.filter { !$0.isComplete }.map { "bytes=\($0.start + $0.confirmed)-\($0.start + $0.length - 1)" }
         #expect(Set(second) == Set(expected) && second.count == expected.count, "\(second) vs \(expected)")
+    }
+
+    /// How the worker that resumes a sliced download is set up, against the four slices it was paused in.
+    enum ResumingWorker: String, CaseIterable, Sendable {
+        /// `--slices 2`.
+        case twoSlices
+        /// `--slices 16`.
+        case sixteenSlices
+        /// `--sliced-threshold off`.
+        case slicingOff
+        /// A threshold above the object's size.
+        case thresholdAbove
+    }
+
+    /// A sliced download paused in four slices and taken over by a worker set up otherwise — another
+    /// `--slices`, slicing off, a threshold the object is below — fetched the whole object again from
+    /// byte 0 (its first report a checkpoint of no bytes). It goes on in the slices it logged now, as
+    /// gcloud storage's sliced-download tracker does: only the rest of each unfinished slice is asked
+    /// for, no byte kept is dropped, and the combined CRC32C checks the whole.
+    @Test(arguments: ResumingWorker.allCases)
+    func aPausedDownloadGoesOnInItsLoggedSlicesWhateverTheWorker(resumedBy worker: ResumingWorker) async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory("jobctl-sliced-other-worker")
+        defer { directory.remove() }
+        let size = 6 << 20
+        let bytes = Self.payload(size)
+        let reference = "gs://\(server.bucket)/big/other-worker.bin"
+        _ = try finished(await run(Self.backend(proxy), JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        // Slow answers, so the pause lands with every slice part-way.
+        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .trickleResponse(bytes: 64 << 10, interval: 0.03),
+                            times: 4))
+        let destination = directory.file("other-worker.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        let jobID = "01SLICEDOTHERWORKER"
+        guard let point = try await Self.pausedPastOneMegabyte(Self.backend(proxy, slices: 4), spec, jobID: jobID) else { return }
+        guard case .slicedDownload(let slices, _, _, _) = point else {
+            Issue.record("expected a sliced resume point, got \(point)")
+            return
+        }
+        #expect(slices.count == 4 && slices.contains { !$0.isComplete }, "\(slices)")
+        let firstRound = Self.mediaGets(proxy).count
+
+        let resumedOn = switch worker {
+        case .twoSlices: Self.backend(proxy, slices: 2)
+        case .sixteenSlices: Self.backend(proxy, slices: 16)
+        case .slicingOff: Self.backend(proxy, slicedThreshold: nil)
+        case .thresholdAbove: Self.backend(proxy, slicedThreshold: Int64(size) + 1)
+        }
+        let recorder = EventRecorder()
+        let resumed = try finished(await run(resumedOn, spec, resume: point, control: TransferControl(jobID: jobID), recorder: recorder))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        #expect(resumed.verified == [.crc32c])
+        let asked = Self.mediaGets(proxy).dropFirst(firstRound).map { $0.range ?? "the whole object" }
+        let expected = slices.filter { !$0.isComplete }.map { "bytes=\($0.start + $0.confirmed)-\($0.start + $0.length - 1)" }
+        #expect(Set(asked) == Set(expected) && asked.count == expected.count, "\(worker): \(asked) vs \(expected)")
+        #expect(!recorder.checkpoints.contains { $0.bytesDone < point.bytesDone }, "the kept bytes were dropped: \(recorder.checkpoints)")
+        #expect(recorder.progress.first.map { $0 >= point.bytesDone } ?? true, "\(recorder.progress.prefix(3))")
+    }
+
+    /// A logged plan is continued whatever the resuming worker's `--slices`, so one that is not a plan of
+    /// the object — read from a damaged or hand-edited log — must be refused before a byte is written at
+    /// its offsets: bytes confirmed at a slice's place would be written elsewhere, and the combined
+    /// CRC32C would fail the job for good.
+    @Test func aLoggedPlanIsContinuedOnlyWhenItIsOneOfTheObject() {
+        let size: Int64 = 10 << 20
+        let counts = StorageConfiguration.sliceCountRange
+        var plan = DownloadSlice.plan(size: size, count: 4)
+        plan[0].confirmed = 1 << 20
+        plan[3].confirmed = plan[3].length
+        #expect(DownloadSlice.planFault(plan, size: size, counts: counts) == nil)
+        #expect(DownloadSlice.planFault(DownloadSlice.plan(size: size, count: 16), size: size, counts: counts) == nil)
+        #expect(DownloadSlice.planFault(DownloadSlice.plan(size: size, count: 2), size: size, counts: counts) == nil)
+        var faults: [(String, [DownloadSlice], Int64)] = [
+            ("one slice", [DownloadSlice(start: 0, length: size, confirmed: 1 << 20)], size),
+            ("seventeen slices", DownloadSlice.plan(size: size, count: 17), size),
+            ("none", [], size),
+            ("of another size", plan, size + 1),
+            ("of a smaller object", plan, size - 1),
+        ]
+        func altered(_ name: String, _ change: (inout [DownloadSlice]) -> Void) {
+            var slices = plan
+            change(&slices)
+            faults.append((name, slices, size))
+        }
+        altered("a gap") { $0[2].start += 1; $0[2].length -= 1 }
+        altered("an overlap") { $0[1].start -= 1; $0[1].length += 1 }
+        altered("out of order") { $0.swapAt(1, 2) }
+        altered("not from byte 0") { $0[0].start = 1; $0[0].length -= 1 }
+        altered("an empty slice") { $0.insert(DownloadSlice(start: $0[1].start, length: 0), at: 1) }
+        altered("a negative length") { $0[1].length = -$0[1].length }
+        altered("more confirmed than held") { $0[1].confirmed = $0[1].length + 1 }
+        altered("a negative confirmed") { $0[1].confirmed = -1 }
+        altered("past Int64") { $0[3].length = .max }
+        for (name, slices, objectSize) in faults {
+            #expect(DownloadSlice.planFault(slices, size: objectSize, counts: counts) != nil, "\(name): \(slices)")
+        }
     }
 
     @Test func slicePlansCoverTheObjectOnce() {

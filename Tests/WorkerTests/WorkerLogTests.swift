@@ -496,7 +496,7 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
 /// The `started` line of an attempt after one that dropped its partial download: the log's point holds
 /// no bytes, so the attempt starts at byte 0 — it was logged `resumed` (`from_bytes` of the dropped bytes
 /// when the point was stale), and its moved bytes and rate were short by them.
-@Suite("worker log: an attempt after a dropped download") struct DroppedDownloadLogTests {
+@Suite("worker log: an attempt after a dropped download", .onTestThreads) struct DroppedDownloadLogTests {
     @Test func anAttemptFromAPointHoldingNoBytesIsStartedNotResumed() throws {
         let lines = Mutex<[String]>([])
         let log = WorkerLog(minimumLevel: .info, formatter: WorkerLogFormatter(format: .json), write: { line in
@@ -529,5 +529,76 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         let objects = jsonLines(lines.withLock { $0.joined(separator: "\n") }).objects
         #expect(entries(objects, "started", job: "01EMPTY").count == 1 && entries(objects, "resumed", job: "01EMPTY").isEmpty, "\(objects)")
         #expect(entries(objects, "resumed", job: "01SLICED").count == 1, "\(objects)")
+    }
+
+    /// An attempt logged `resumed from_bytes=X` that finds its partial download unusable only once it
+    /// runs — here cut short behind the paused job's back — fetches it all again: the event log gets a
+    /// checkpoint of no bytes and the success counts every byte, but the worker's log said nothing more,
+    /// and its reader took the `resumed` line for a resume that never happened. A `restarted` line now
+    /// follows it (`from_bytes=0`, `dropped_bytes=X`), before anything else of the attempt.
+    @Test(arguments: [WorkerLogFormatter.Format.json, .text])
+    func aResumeWhosePartialIsDroppedOnceRunningSaysSo(format: WorkerLogFormatter.Format) throws {
+        let nginx = try startWorkerNginx(slowRate: "8m")
+        defer { nginx.stop() }
+        let directory = try TemporaryDirectory("worker-restarted-log")
+        defer { directory.remove() }
+        let database = directory.file("jobctl.db")
+        let size = 32 << 20
+        try writePatternFile("\(nginx.root)/slow/big.bin", size: Int64(size))
+        let id = try #require(try submit("- {kind: download-file, source: \"\(nginx.baseURL)/slow/big.bin\", destination: \"\(directory.file("big.bin"))\"}\n",
+                                         database: database, directory: directory).first)
+        // Read as JSON to follow the job; the format under test is the second worker's.
+        let first = try JobctlProcess.worker(database: database, ["--log-format", "json"], logDirectory: directory.path)
+        defer { first.signal(SIGKILL) }
+        func resumePoint() throws -> [String: Any]? {
+            let shown = try jobctl(["show", id, "--json"], database: database)
+            return (try? JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])?["resume_point"] as? [String: Any]
+        }
+        try #require(eventually(seconds: 30) { (try resumePoint()?["bytes_written"] as? Int ?? 0) > 0 }, "\(first.log)")
+        #expect(try jobctl(["pause", id], database: database).status == 0)
+        try #require(eventually(seconds: 10) { !entries(jsonLines(first.log).objects, "paused", job: id).isEmpty }, "\(first.log)")
+        first.signal(SIGTERM)
+        #expect(first.wait(seconds: 15) == 0, "\(first.log)")
+        let point = try #require(try resumePoint())
+        let kept = try #require(point["bytes_written"] as? Int)
+        let partial = try #require(point["temp_path"] as? String)
+        // Cut short behind the job's back: the next attempt finds fewer bytes than the log records.
+        try #require(truncate(partial, off_t(kept / 2)) == 0, "no partial file at \(partial)")
+        nginx.setFast(true)
+        #expect(try jobctl(["resume", id], database: database).status == 0)
+        let second = try JobctlProcess.worker(database: database, ["--drain", "--log-format", format.rawValue], logDirectory: directory.path)
+        #expect(second.wait(seconds: 60) == 0, "\(second.log)")
+
+        // Each line of the job as (event, fields), whichever the format.
+        let lines: [(event: String, fields: [String: String])] = second.log.split(separator: "\n").compactMap { line in
+            if format == .json {
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], object["job"] as? String == id,
+                      let event = object["event"] as? String else { return nil }
+                return (event, (object["fields"] as? [String: Any] ?? [:]).mapValues { "\($0)" })
+            }
+            let words = line.split(separator: " ").map(String.init)
+            guard let at = words.firstIndex(of: id), at > 0 else { return nil }
+            let fields = words[(at + 1)...].compactMap { word -> (String, String)? in
+                guard let equals = word.firstIndex(of: "=") else { return nil }
+                return (String(word[..<equals]), String(word[word.index(after: equals)...]))
+            }
+            return (words[at - 1], Dictionary(fields) { a, _ in a })
+        }
+        let events = lines.map(\.event)
+        let resumed = try #require(events.firstIndex(of: "resumed"), "\(second.log)")
+        #expect(lines[resumed].fields["from_bytes"] == "\(kept)", "\(second.log)")
+        let restarted = try #require(events.firstIndex(of: "restarted"), "a resume from \(kept) bytes the log never took back: \(second.log)")
+        let succeeded = try #require(events.firstIndex(of: "succeeded"), "\(second.log)")
+        #expect(resumed < restarted && restarted < succeeded && events.filter { $0 == "restarted" }.count == 1, "\(events)")
+        #expect(lines[restarted].fields["from_bytes"] == "0" && lines[restarted].fields["dropped_bytes"] == "\(kept)", "\(second.log)")
+        #expect(lines[succeeded].fields["bytes"] == "\(size)" && lines[succeeded].fields["moved_bytes"] == nil, "\(second.log)")
+        // What the event log says of the same attempt: a checkpoint of no bytes after its start.
+        let history = try jobctl(["history", id, "--json"], database: database)
+        let logged = (try? JSONSerialization.jsonObject(with: Data(history.stdout.utf8)) as? [[String: Any]]) ?? []
+        let lastStart = try #require(logged.lastIndex { $0["type"] as? String == "started" }, "\(history.stdout)")
+        #expect(logged[lastStart...].contains {
+            $0["type"] as? String == "progress" && ((($0["data"] as? [String: Any])?["resume_point"] as? [String: Any])?["bytes_written"] as? Int) == 0
+        }, "\(history.stdout)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("big.bin"))).count == size)
     }
 }
