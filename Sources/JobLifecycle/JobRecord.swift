@@ -362,7 +362,9 @@ extension JobRecord {
             attempts = 0
             error = nil
             finishedAtMs = nil
-            runAfterMs = event.atMs
+            // A job retried before its scheduled time keeps the schedule, as a resumed one does: `retry`
+            // re-opens the job, it does not move its time (since schema 16; the fold before ran it at once).
+            runAfterMs = Self.scheduled(spec, at: event.atMs)
             pauseRequested = false
             cancelRequested = false
         case .archived:

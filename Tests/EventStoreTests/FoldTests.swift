@@ -171,6 +171,20 @@ struct FoldTests {
         #expect(record.finishedAtMs == nil && record.runAfterMs == 900 && record.version == 4)
     }
 
+    /// A retry re-opens a job; it does not move its schedule (it used to run the job at once).
+    @Test("a job retried before its scheduled time keeps it; one retried after it runs at once")
+    func retriedKeepsTheSchedule() throws {
+        var spec = Self.spec
+        spec.runAfterMs = 5_000
+        let submitted = event(.submitted, version: 1, at: 100, EventData(spec: spec))
+        var early = try #require(JobRecord.folding([submitted, event(.cancelled, version: 2, at: 200)]))
+        var late = early
+        early.apply(event(.retried, version: 3, at: 900))
+        #expect(early.state == .queued && early.runAfterMs == 5_000)
+        late.apply(event(.retried, version: 3, at: 6_000))
+        #expect(late.state == .queued && late.runAfterMs == 6_000)
+    }
+
     @Test("attempts count failures and crashes; a pause or a graceful release gives its charge back")
     func attemptsCountOnlyFailuresAndCrashes() throws {
         var record = try #require(JobRecord.folding([submitted]))
