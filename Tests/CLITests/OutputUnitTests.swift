@@ -194,10 +194,21 @@ import TestSupport
         #expect(Display.redacting.message(error) == "the object is 1 byte, more than the maximum of 0")
     }
 
-    @Test func epochTimesInTextReadAsRFC3339() {
-        #expect(TimeText.rewritingEpochs(in: "lease held by w expired at 1764410400000")
+    /// The rescue's reasons carry a lease's end in epoch ms; `history` reads them as RFC 3339. Any other
+    /// text keeps its digits: "…/snap at 1700000000000.txt" in an error was printed as a date.
+    @Test func rescueTimesReadAsRFC3339AndNothingElse() {
+        #expect(TimeText.rescueReasonWithReadableTime("lease held by w expired at 1764410400000")
             == "lease held by w expired at 2025-11-29T10:00:00.000Z")
-        #expect(TimeText.rewritingEpochs(in: "attempt 2 at 12") == "attempt 2 at 12")
+        #expect(TimeText.rescueReasonWithReadableTime("lease expired at 1764410400000") == "lease expired at 2025-11-29T10:00:00.000Z")
+        #expect(TimeText.rescueReasonWithReadableTime("its worker (worker:h:1) died or lost its lease at 1764410400000 while a pause "
+                                                      + "was pending; `jobctl resume J` runs it again")
+            == "its worker (worker:h:1) died or lost its lease at 2025-11-29T10:00:00.000Z while a pause was pending; `jobctl resume J` runs it again")
+        for text in ["attempt 2 at 12", "lease expired", "lease held by w expired at 1764410400000.txt",
+                     "the destination '/o/snap at 1700000000000.txt' already exists", "snap at 1700000000000"] {
+            #expect(TimeText.rescueReasonWithReadableTime(text) == text)
+        }
+        let error = StorageError(.unknown, "the destination '/o/snap at 1700000000000.txt' already exists")
+        #expect(Display.redacting.message(error) == error.message)
     }
 
     /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives
