@@ -308,8 +308,10 @@ extension JobRecord {
         case .resumeRequested:
             if state == .paused {
                 state = .queued
-                // A job paused before its scheduled time keeps the schedule.
-                runAfterMs = Self.scheduled(spec, at: event.atMs)
+                // A job paused before its scheduled time keeps the schedule, and one paused while its
+                // retry waited (`attempt_failed`) keeps the retry's time, a server's Retry-After with it
+                // (since schema 17; the fold before dropped the backoff). A time already past is now.
+                runAfterMs = max(Self.scheduled(spec, at: event.atMs), runAfterMs)
             }
             pauseRequested = false
         case .cancelRequested:

@@ -97,3 +97,53 @@ import TestSupport
         #expect(verify.status == 0 && verify.stdout.contains("projection matches"), "\(verify.stdout)\(verify.stderr)")
     }
 }
+
+/// A retry's wait survives `pause` and `resume`, and a server's `Retry-After` longer than the hour
+/// jobctl honours is said to be capped where the wait is shown.
+@Suite(.onTestThreads) struct KeptRetryTimeTests {
+    @Test("pause then resume keeps a pending retry's time; a Retry-After of a day is said to be capped at 1 h",
+          arguments: StoreEngine.allCases)
+    func resumeKeepsTheRetryTime(engine: StoreEngine) throws {
+        let nginx = try NginxServer.start(extraServerConfig: """
+            location /busy/ {
+                add_header Retry-After 86400 always;
+                return 503;
+            }
+            """)
+        defer { nginx.stop() }
+        let workspace = try CLIWorkspace("resume-keeps-retry", engine: engine)
+        defer { workspace.directory.remove() }
+        let ids = try workspace.submit("""
+            jobs:
+              - {kind: download-memory, source: "\(nginx.baseURL)/busy/x", max_attempts: 3}
+            """)
+        let id = try #require(ids.first)
+        func job() throws -> [String: Any] { try #require(try workspace.json(["show", id, "--json"]) as? [String: Any]) }
+
+        let first = try LoggedWorker(workspace, [])
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, try job()["error"] as? [String: Any] == nil { Thread.sleep(forTimeInterval: 0.1) }
+        first.stop()
+        let failed = try job()
+        #expect(failed["state"] as? String == "queued", "\(failed)\n\(first.log())")
+        let retryAt = try #require((failed["run_after_ms"] as? NSNumber)?.int64Value)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(retryAt > now + 3_500_000 && retryAt <= now + 3_600_000, "the wait is the cap, 1 h")
+        #expect(first.log().contains("retry_after_s=86400") && first.log().contains("retry_after_capped_ms=3600000"), "\(first.log())")
+        let shown = try workspace.jobctl(["show", id])
+        #expect(shown.stdout.contains("the server's Retry-After of 86400 s, capped at 1h00m"), "\(shown.stdout)")
+
+        #expect(try workspace.jobctl(["pause", id]).status == 0)
+        #expect(try workspace.jobctl(["resume", id]).status == 0)
+        let resumed = try job()
+        #expect(resumed["state"] as? String == "queued" && (resumed["run_after_ms"] as? NSNumber)?.int64Value == retryAt, "\(resumed)")
+
+        // A worker started now leaves the job to its time.
+        let second = try LoggedWorker(workspace, [], logName: "second.log")
+        Thread.sleep(forTimeInterval: 2)
+        second.stop()
+        #expect(!second.log().contains(" claimed "), "\(second.log())")
+        let verify = try workspace.jobctl(["replay", "--verify"])
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+    }
+}

@@ -107,6 +107,20 @@ struct FoldTests {
         #expect(record.state == .queued && record.runAfterMs == 450)
     }
 
+    /// `pause` then `resume` of a job waiting for its retry dropped the wait (a server's Retry-After too).
+    @Test("a job paused while its retry waits and resumed keeps the retry's time; one resumed after it runs at once")
+    func resumeRequestedKeepsAPendingRetry() throws {
+        var record = try runningRecord()
+        record.apply(event(.attemptFailed, version: 3, at: 300, EventData(retryAtMs: 5_000)))
+        record.apply(event(.pauseRequested, version: 4, at: 400))
+        record.apply(event(.paused, version: 5, at: 400))
+        var late = record
+        record.apply(event(.resumeRequested, version: 6, at: 450))
+        #expect(record.state == .queued && record.runAfterMs == 5_000)
+        late.apply(event(.resumeRequested, version: 6, at: 7_000))
+        #expect(late.state == .queued && late.runAfterMs == 7_000)
+    }
+
     @Test func resumeRequestedWithdrawsAPauseRequestWhileRunning() throws {
         var record = try runningRecord()
         record.apply(event(.pauseRequested, version: 3, at: 300))
