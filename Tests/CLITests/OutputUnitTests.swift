@@ -211,6 +211,28 @@ import TestSupport
         #expect(Display.redacting.message(error) == error.message)
     }
 
+    /// `submit --at` with a duration had no upper bound: from a clock in 9999, `--at 3650d` scheduled jobs in
+    /// year 10009. It stops at 9999-12-31 as an RFC 3339 time and `delay:` do; the leap second ending 9999 is taken.
+    @Test func atStaysWithin9999() throws {
+        let june9999 = try #require(RFC3339.parse("9999-06-01T00:00:00Z"))
+        #expect(throws: UsageError.self) { _ = try TimeInput.future("3650d", option: "at", now: june9999) }
+        #expect(throws: UsageError.self) { _ = try TimeInput.future("214d", option: "at", now: june9999) }
+        #expect(try TimeInput.future("213d", option: "at", now: june9999) == june9999 + 213 * 86_400_000)
+        #expect(try TimeInput.future("9999-12-31T23:59:60Z", option: "at", now: june9999) == TimeInput.latestMs)
+        do {
+            _ = try TimeInput.future("3650d", option: "at", now: june9999)
+        } catch let error as UsageError {
+            #expect("\(error)".contains("--at 3650d reaches past 9999-12-31"), "\(error)")
+        }
+        // Second 60 of the last minute of 1969 is a leap second before 1970: said to be out of range.
+        do {
+            _ = try TimeInput.parse("1969-12-31T23:59:60Z", option: "since", now: june9999)
+            Issue.record("a time before 1970 was taken")
+        } catch let error as UsageError {
+            #expect("\(error)".contains("out of range: expected a time between 1970-01-01 and 9999-12-31"), "\(error)")
+        }
+    }
+
     /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives
     /// exactly what redaction gives.
     @Test func urlShortcutRedactsAsBefore() {
