@@ -33,7 +33,7 @@ enum Migrator {
     /// the tables: after their SQL, in the same transaction, the projection is rebuilt from the log and
     /// requests left pending on jobs that no longer run are settled (`EventStore.rebuildProjection`).
     /// The log is the only truth; this keeps the cache equal to what the current fold makes of it.
-    static let rebuildsProjection: Set<Int> = [2]
+    static let rebuildsProjection: Set<Int> = [2, 16, 17]
 
     private static let createLedgerSQL = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -117,7 +117,8 @@ enum Migrator {
                 for migration in group where !ledger.contains(migration.version) {
                     current = migration
                     try connection.execute(migration.sql)
-                    if rebuildsProjection.contains(migration.version) { rebuild = migration.version }
+                    // Named after the first: the settling it may do is the first fold change's (migration 2's).
+                    if rebuildsProjection.contains(migration.version) { rebuild = rebuild ?? migration.version }
                     try connection.run(
                         "INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES (?, ?, ?, ?)",
                         [.int(migration.version), .text(migration.name), .integer(now), .text(migration.checksum)])

@@ -308,8 +308,10 @@ extension JobRecord {
         case .resumeRequested:
             if state == .paused {
                 state = .queued
-                // A job paused before its scheduled time keeps the schedule.
-                runAfterMs = Self.scheduled(spec, at: event.atMs)
+                // A job paused before its scheduled time keeps the schedule, and one paused while its
+                // retry waited (`attempt_failed`) keeps the retry's time, a server's Retry-After with it
+                // (since schema 17; the fold before dropped the backoff). A time already past is now.
+                runAfterMs = max(Self.scheduled(spec, at: event.atMs), runAfterMs)
             }
             pauseRequested = false
         case .cancelRequested:
@@ -362,7 +364,9 @@ extension JobRecord {
             attempts = 0
             error = nil
             finishedAtMs = nil
-            runAfterMs = event.atMs
+            // A job retried before its scheduled time keeps the schedule, as a resumed one does: `retry`
+            // re-opens the job, it does not move its time (since schema 16; the fold before ran it at once).
+            runAfterMs = Self.scheduled(spec, at: event.atMs)
             pauseRequested = false
             cancelRequested = false
         case .archived:

@@ -135,10 +135,25 @@ extension RFC3339 {
         return minutes * 60_000 + 59_999
     }
 
-    /// Whether the minute `minutes` (since the epoch, UTC) is 23:59 on the last day of a month.
-    private static func isLeapSecondMinute(_ minutes: Int64) -> Bool {
-        guard minutes >= 0, minutes % 1_440 == 1_439 else { return false }
-        return civil((minutes / 1_440 + 1) * 86_400_000)?.day == 1
+    /// Whether the minute `minutes` (since the epoch, UTC) is 23:59 on the last day of a month — any such
+    /// minute, not only those of 1970…9999: `9999-12-31T23:59:60Z` is one (its next day is in year 10000)
+    /// and so is `1969-12-31T23:59:60Z`, which the caller's range check then refuses as before 1970
+    /// (both were called misplaced leap seconds).
+    static func isLeapSecondMinute(_ minutes: Int64) -> Bool {
+        let (day, minuteOfDay) = minutes.floorDividedAndModulo(1_440)
+        return minuteOfDay == 1_439 && dayOfMonth(daysSinceEpoch: day + 1) == 1
+    }
+
+    /// The day of the month of a date given as days since 1970-01-01, before 1970 too (Howard Hinnant's
+    /// days-to-civil with its flooring eras; `civil` keeps to 1970…9999).
+    private static func dayOfMonth(daysSinceEpoch days: Int64) -> Int64 {
+        let shifted = days + 719_468
+        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        return dayOfYear - (153 * monthIndex + 2) / 5 + 1
     }
 
     /// Whether `text` would be an RFC 3339 time but for a second of 60 where no leap second can be
@@ -193,4 +208,12 @@ extension RFC3339 {
     }
 
     private static func isDigit(_ byte: UInt8) -> Bool { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }
+}
+
+private extension Int64 {
+    /// The quotient rounded towards minus infinity and the remainder in `0..<divisor` (`divisor` > 0).
+    func floorDividedAndModulo(_ divisor: Int64) -> (quotient: Int64, remainder: Int64) {
+        let remainder = self % divisor
+        return remainder < 0 ? (self / divisor - 1, remainder + divisor) : (self / divisor, remainder)
+    }
 }

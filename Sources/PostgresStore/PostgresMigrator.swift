@@ -30,6 +30,13 @@ enum PostgresMigrator {
     /// The newest schema version this binary knows.
     static var latestVersion: Int { all.last?.version ?? 0 }
 
+    /// Migrations that change the meaning of the fold (`JobRecord.apply`) rather than, or as well as,
+    /// the tables: the projection is rebuilt from the log by the current fold in the transaction of the
+    /// last such migration a run applies (`PostgresStore.replay(_:rewrite:)`), once however many are
+    /// pending: each rebuild reads the whole log, and the last one makes what any earlier one would.
+    /// The log is the only truth; this keeps the cache equal to what the current fold makes of it.
+    static let rebuildsProjection: Set<Int> = [18, 19]
+
     /// Held by a migrating connection from before its first migration's transaction begins until after
     /// its last one ends, so two processes migrating one database at once take turns instead of racing
     /// to create the same tables. The value is "jobctl" in ASCII; any constant works as long as it never
@@ -136,6 +143,8 @@ enum PostgresMigrator {
         // Released at once, or by the server when the connection ends.
         defer { _ = try? connection.execute("SELECT pg_catalog.pg_advisory_unlock($1::bigint)", [.integer(advisoryLockKey)]) }
         var applied: [Int] = []
+        // A crash after an earlier one commits leaves this one pending, and the next run rebuilds then.
+        let lastRebuild = migrations.last { !before.contains($0.version) && rebuildsProjection.contains($0.version) }?.version
         for migration in migrations {
             do throws(PostgresError) {
                 let didApply = try connection.transaction { () throws(PostgresError) -> Bool in
@@ -144,6 +153,7 @@ enum PostgresMigrator {
                     guard !current.contains(migration.version) else { return false }
                     try connection.executeScript(createLedgerSQL)
                     try connection.executeScript(migration.sql)
+                    if migration.version == lastRebuild { try rebuildProjection(connection) }
                     try connection.run(
                         "INSERT INTO schema_migrations (version, name, applied_at_ms, checksum) VALUES ($1, $2, $3, $4)",
                         [.int(migration.version), .text(migration.name), .integer(now), .text(migration.checksum)])
@@ -160,5 +170,16 @@ enum PostgresMigrator {
             }
         }
         return applied
+    }
+
+    /// Rewrites the `jobs` projection from the log with the current fold, inside the migration's
+    /// transaction (`rebuildsProjection`); the table is locked as `jobctl replay` locks it.
+    static func rebuildProjection(_ connection: PostgresConnection) throws(PostgresError) {
+        do throws(StoreError) {
+            try connection.store("LOCK TABLE jobs IN EXCLUSIVE MODE")
+            _ = try PostgresStore.replay(connection, rewrite: true)
+        } catch {
+            throw PostgresError.misuse("the projection could not be rebuilt from the log: \(error)")
+        }
     }
 }

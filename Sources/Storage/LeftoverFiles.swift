@@ -14,8 +14,10 @@ public struct JobLocalFiles: Sendable, Equatable {
     public var destination: String?
     /// The last resume point the log recorded, if any.
     public var resumePoint: ResumePoint?
-    /// When the job reached its final state (ms since 1970). A file modified after it belongs to a later
-    /// attempt (the job was retried since) and is never a leftover.
+    /// A time by this host's clock at which the job was already final (ms since 1970): the worker's own
+    /// end of the run, or the moment a sweep began reading the final jobs. A file modified after it may
+    /// belong to a later attempt (the job retried since) and is never a leftover. Never the log's
+    /// `finished_at_ms`, which another machine's clock may have stamped.
     public var finishedAtMs: Int64?
     /// The lease tokens of the job's attempts (its `claimed` events) that may have written a `file://`
     /// sidecar's temporary or upload session, each named with its attempt's token (`SidecarTemporary`,

@@ -60,6 +60,14 @@ public struct RetryPolicy: Sendable, Equatable, Hashable {
         return Int64(min(raw, Double(maxDelayMs)))
     }
 
+    /// The longest wait honoured, in ms, when the server's `Retry-After` (seconds) asked for longer than
+    /// `maxRetryAfterMs`; nil when it asked for no more (or sent none). The worker's log and `show` say
+    /// so: the job retries sooner than the server asked.
+    public func cappedRetryAfterMs(_ retryAfter: Double?) -> Int64? {
+        guard let retryAfter, retryAfter.isFinite, retryAfter * 1000 > Double(maxRetryAfterMs) else { return nil }
+        return maxRetryAfterMs
+    }
+
     /// The delay after `attempt` (1-based) failed, in milliseconds.
     ///
     /// - Parameters:

@@ -21,18 +21,25 @@ public enum Orphans {
     /// The leftover files of the final jobs in `candidates` that exist now, as `backend` finds them
     /// (`StorageBackend.leftovers(of:sparing:)`): provably the job's, never a path an unfinished job's
     /// resume point names.
-    public static func find(_ candidates: LeftoverCandidates, backend: any StorageBackend) -> [Orphan] {
+    ///
+    /// `readAtMs` is this host's clock read before `candidates` were: a file modified after it may be a
+    /// later attempt's (the job retried since), and is left alone. Not the job's `finished_at_ms`: that is
+    /// the clock of whoever wrote the final event (a `jobctl cancel` on another machine, 30 s behind),
+    /// and a partial download written by this host's worker before it looked "modified after the job
+    /// finished" and was never found, by the sweeps, `orphans` or `archive`.
+    public static func find(_ candidates: LeftoverCandidates, backend: any StorageBackend, readAtMs: Int64) -> [Orphan] {
         let inUse = LeftoverFiles.pathsInUse(candidates.unfinishedResumePoints)
         return candidates.finished.flatMap { job in
             let files = JobLocalFiles(jobID: job.id, kind: job.kind, destination: job.destination,
-                                      resumePoint: job.resumePoint, finishedAtMs: job.finishedAtMs, leaseTokens: job.leaseTokens)
+                                      resumePoint: job.resumePoint, finishedAtMs: readAtMs, leaseTokens: job.leaseTokens)
             return backend.leftovers(of: files, sparing: inUse).map { Orphan(file: $0, jobState: job.state) }
         }
     }
 
     /// Finds the leftovers of jobs finished at or after `finishedSince` (nil: all) in `store`.
     public static func find(in store: any JobStore, backend: any StorageBackend, finishedSince: Int64? = nil) throws(StoreError) -> [Orphan] {
-        find(try store.leftoverCandidates(finishedSince: finishedSince), backend: backend)
+        let readAtMs = Clock.nowMs()
+        return find(try store.leftoverCandidates(finishedSince: finishedSince), backend: backend, readAtMs: readAtMs)
     }
 }
 
@@ -147,7 +154,7 @@ final class OrphanSweeper: Sendable {
             // A look at every job finished since the last sweep, and removals that sync folders: not on
             // the cooperative pool, where the worker's loop heartbeats the leases.
             let removed = await BlockingFileWork.run {
-                let removed = Orphans.find(candidates, backend: backend).filter { backend.remove($0.file) }
+                let removed = Orphans.find(candidates, backend: backend, readAtMs: now).filter { backend.remove($0.file) }
                 // Every periodic sweep (each `intervalMs`) also hands malloc's free pages back to the
                 // kernel (see `FreedMemory`); not the first, at the worker's start, when there is nothing
                 // to give back yet, nor a drain's last, as the process ends.

@@ -423,6 +423,11 @@ public final class WorkerLog: Sendable {
             level = .warning
             fields.append(("delay_ms", .integer(max(0, atMs - now))))
             fields.append(("retry_at", .text(RFC3339.string(atMs))))
+            // A Retry-After longer than the policy honours: the wait above is the cap, not the server's.
+            if let cap = RetryPolicy.default.cappedRetryAfterMs(error.retryAfter), let asked = error.retryAfter {
+                fields.append(("retry_after_s", .integer(Int64(min(asked.rounded(.up), Double(Int64.max / 2))))))
+                fields.append(("retry_after_capped_ms", .integer(cap)))
+            }
             fields += Self.errorFields(error)
         case .paused(let point):
             event = .paused

@@ -161,6 +161,7 @@ extension Commands {
         // What the archived jobs left on this machine (a download cancelled while paused): once they leave
         // the log no sweep, and no `jobctl orphans`, can tie those files to a final job again.
         let archivedIDs = Set(selection.jobs.map(\.id))
+        let candidatesReadAtMs = Clock.nowMs()
         var candidates = try store.leftoverCandidates(finishedSince: selection.jobs.map(\.finishedAtMs).min())
         candidates.finished.removeAll { !archivedIDs.contains($0.id) }
         let hold = context.environment[archiveHoldEnvironment]
@@ -189,7 +190,7 @@ extension Commands {
                 emitError("note: \(plural(selection.keptForDependants, "job")) more that finished then \(Self.keptReason(selection))")
             }
         }
-        removeLeftovers(candidates, context: context)
+        removeLeftovers(candidates, readAtMs: candidatesReadAtMs, context: context)
         return ArchivedView(stored, selection: selection)
     }
 
@@ -232,7 +233,7 @@ extension Commands {
 
     /// Removes the leftover files of archived jobs (`Orphans`), saying so on standard error; the archive
     /// stands whatever happens here (a file that changed meanwhile, storage settings that do not parse).
-    private static func removeLeftovers(_ candidates: LeftoverCandidates, context: Context) {
+    private static func removeLeftovers(_ candidates: LeftoverCandidates, readAtMs: Int64, context: Context) {
         guard !candidates.finished.isEmpty else { return }
         let backend: StorageRouter
         do throws(StorageError) {
@@ -241,7 +242,7 @@ extension Commands {
             emitError("warning: the archived jobs' leftover files were not looked for: \(error.message)")
             return
         }
-        for orphan in Orphans.find(candidates, backend: backend) {
+        for orphan in Orphans.find(candidates, backend: backend, readAtMs: readAtMs) {
             let path = Display.escapingControls(orphan.file.path)
             if backend.remove(orphan.file) {
                 emitError("removed \(path), left by archived job \(orphan.file.jobID)")

@@ -3,6 +3,7 @@ import JobLifecycle
 import JobModel
 import PostgresStore
 import StorePort
+import Tasks
 
 extension Commands {
     /// Rows `list` prints as a table unless `--limit` says otherwise.
@@ -165,7 +166,13 @@ extension Commands {
         }
         if let error = job.error {
             var text = "\(error.code.name) (\(error.code.rawValue)): \(display.message(error))"
-            if job.retryScheduled { text += "; attempt \(job.attempts.saturatingAdding(1)) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))" }
+            if job.retryScheduled {
+                text += "; attempt \(job.attempts.saturatingAdding(1)) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))"
+                if let cap = RetryPolicy.default.cappedRetryAfterMs(error.retryAfter), let asked = error.retryAfter {
+                    let seconds = asked < 1e15 ? "\(Int64(asked.rounded(.up)))" : "\(asked)"
+                    text += " (the server's Retry-After of \(seconds) s, capped at \(TimeText.duration(seconds: cap / 1000)))"
+                }
+            }
             lines.append(("error", text))
             if let status = error.httpStatus { lines.append(("http status", "\(status)")) }
             if let url = error.url { lines.append(("url", display.url(url))) }

@@ -68,10 +68,10 @@ struct Display: Sendable {
         "; the download will restart", "; the upload will be retried from the start", "; it will be resumed",
     ]
 
-    /// An error's message as displayed: no retry promise, URLs redacted, epoch times readable,
-    /// `1 byte` in the singular.
+    /// An error's message as displayed: no retry promise, URLs redacted, `1 byte` in the singular. Its
+    /// digits are left as they are: a message holds paths and a server's words.
     func message(_ error: StorageError) -> String {
-        text(Self.singularByte(TimeText.rewritingEpochs(in: Self.withoutRetryPromises(error.message))))
+        text(Self.singularByte(Self.withoutRetryPromises(error.message)))
     }
 
     /// An error's cause as displayed.
@@ -238,7 +238,7 @@ enum Describe {
             if let blob = result.bytesSHA256 { parts.append("blob sha256:\(blob)") }
         }
         if let reason = data.reason {
-            let text = display.text(TimeText.rewritingEpochs(in: reason))
+            let text = display.text(TimeText.rescueReasonWithReadableTime(reason))
             // `cancelled` events of older logs repeat the error as their reason.
             if !parts.contains(where: { $0.hasSuffix(text) }) { parts.append(text) }
         }

@@ -417,7 +417,7 @@ struct EventDataView: Encodable {
         retryAt = data.retryAtMs.map(RFC3339.string)
         retryAtMs = data.retryAtMs
         result = data.result.map { ResultView($0, display: display) }
-        reason = data.reason.map { display.text(TimeText.rewritingEpochs(in: $0)) }
+        reason = data.reason.map { display.text($0) }
         archive = data.archive.map(ArchiveView.init)
         dependency = data.dependency
     }

@@ -343,10 +343,14 @@ enum TimeInput {
         + "or a relative time back from now (90s, 15m, 1h, 7d; at most 36500d)"
 
     /// A time for `submit --at`: RFC 3339, or a duration forward from now (at most 3650 days). A past
-    /// time is fine (the jobs run at once).
+    /// time is fine (the jobs run at once). Either way no later than 9999-12-31, as an RFC 3339 time and
+    /// a manifest's `delay:` are: a duration from a clock near the end of 9999 reached year 10009.
     static func future(_ text: String, option: String, now: Int64) throws -> Int64 {
         switch DurationInput.read(text, defaultUnitMs: nil) {
         case .milliseconds(let ms) where ms <= 3_650 * 86_400_000:
+            guard now.saturatingAdding(ms) <= latestMs else {
+                throw UsageError("--\(option) \(text) reaches past 9999-12-31; use a shorter duration")
+            }
             return now + ms
         case .milliseconds, .tooLarge:
             throw UsageError("--\(option) \(text) is out of range: a duration from now may be at most 3650d (ten years)")

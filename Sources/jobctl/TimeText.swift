@@ -29,23 +29,30 @@ enum TimeText {
 
     private static func twoDigits(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
 
-    /// `text` with epoch-millisecond timestamps after "at " (as older logs wrote them: `expired at
-    /// 1764410400000`) rewritten as RFC 3339.
-    static func rewritingEpochs(in text: String) -> String {
-        guard text.contains(" at ") else { return text }
-        var output = ""
-        var rest = Substring(text)
-        while let range = rest.range(of: " at ") {
-            output += rest[..<range.upperBound]
-            rest = rest[range.upperBound...]
+    /// The phrasings in which a rescue writes the time a lease ran out, in epoch milliseconds, into its
+    /// event's reason (`JobLifecycle`'s rescue, since the first release): the text before the time, and
+    /// what must follow it ("" when the time ends the reason).
+    static let rescueTimePhrasings: [(prefix: String, marker: String, after: String)] = [
+        ("lease expired", " at ", ""),
+        ("lease held by ", " expired at ", ""),
+        ("its worker (", " died or lost its lease at ", " while a pause was pending"),
+    ]
+
+    /// A rescue's reason (`rescueTimePhrasings`, `lease held by w expired at 1764410400000`) with its time
+    /// in RFC 3339, for the text `history` prints; any other text unchanged. Only these phrasings: a
+    /// reason may hold a user's words (a cancelled dependency's error, a path with digits after " at ").
+    /// `--json` prints every reason as the log holds it.
+    static func rescueReasonWithReadableTime(_ text: String) -> String {
+        for phrasing in rescueTimePhrasings where text.hasPrefix(phrasing.prefix) {
+            guard let marker = text.range(of: phrasing.marker, options: .backwards) else { continue }
+            let rest = text[marker.upperBound...]
             let digits = rest.prefix { $0.isASCII && $0.isNumber }
-            // 12 or 13 digits: milliseconds between 2001 and 2286.
-            if (12...13).contains(digits.count), let ms = Int64(digits) {
-                output += RFC3339.string(ms)
-                rest = rest.dropFirst(digits.count)
-            }
+            let after = rest.dropFirst(digits.count)
+            guard !digits.isEmpty, digits.count <= 18, let ms = Int64(digits),
+                  phrasing.after.isEmpty ? after.isEmpty : after.hasPrefix(phrasing.after) else { continue }
+            return String(text[..<marker.upperBound]) + RFC3339.string(ms) + String(after)
         }
-        return output + rest
+        return text
     }
 }
 

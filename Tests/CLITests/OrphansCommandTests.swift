@@ -59,6 +59,45 @@ import TestSupport
         #expect(try workspace.jobctl(["help", "orphans"]).stdout.contains("USAGE: jobctl orphans"))
     }
 
+    /// A partial download was hidden for good when the job's final event came from a clock behind this
+    /// machine's (a `jobctl cancel` on a host 30 s behind): the file looked "modified after the job
+    /// finished", a later attempt's, to `orphans`, the sweeps and `archive`. They compare the file with
+    /// this machine's clock now, when they read the final jobs; a file modified after that is still left alone.
+    @Test("a partial download of a job cancelled from a clock 30 s behind is listed and swept; one modified later is kept",
+          arguments: StoreEngine.allCases)
+    func cancelFromAClockBehind(engine: StoreEngine) throws {
+        let library = try #require(ClockStepTests.fakeTimeLibrary(), "libfaketime is not installed (Debian package faketime)")
+        let workspace = try CLIWorkspace("orphans-skew", engine: engine)
+        defer { workspace.directory.remove() }
+        let out = workspace.directory.file("out")
+        let ids = try workspace.submit("""
+            - {kind: download-file, source: "file://docs/a.bin", destination: "\(out)/a.bin"}
+            - {kind: download-file, source: "file://docs/b.bin", destination: "\(out)/b.bin"}
+            """)
+        try #require(ids.count == 2)
+        // What a worker on this machine left, written now; b's file is dated a minute ahead, as a later
+        // attempt's file would be, after the sweep began.
+        let partialA = "\(out)/.a.bin.\(ids[0]).jobctl-partial"
+        let partialB = "\(out)/.b.bin.\(ids[1]).jobctl-partial"
+        for path in [partialA, partialB] { try workspace.write(String(path.dropFirst(workspace.directory.path.count + 1)), "bytes") }
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(60)], ofItemAtPath: partialB)
+        let cancel = try runProcess("/usr/bin/env", [PackagePaths.jobctlBinary, "--db", workspace.database, "cancel", ids[0], ids[1]],
+                                    environment: ["LD_PRELOAD": library, "FAKETIME": "-30s", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                                                  "NO_COLOR": "1"])
+        #expect(cancel.status == 0, "\(cancel.stderr)")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        let finished = try #require((jobs.first { $0["id"] as? String == ids[0] }?["finished_at_ms"] as? NSNumber)?.int64Value)
+        #expect(finished < Int64(Date().timeIntervalSince1970 * 1000) - 20_000, "the cancel's clock was 30 s behind")
+
+        let listed = try #require(try workspace.json(["orphans", "--json"]) as? [[String: Any]])
+        #expect(listed.compactMap { $0["path"] as? String } == [partialA], "\(listed)")
+        // A worker's sweep (at start and before a drain ends) removes it, and leaves b's.
+        let worker = try workspace.jobctl(["worker", "--drain"])
+        #expect(worker.status == 0 && worker.stderr.contains("orphan_removed"), "\(worker.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: partialA))
+        #expect(FileManager.default.fileExists(atPath: partialB))
+    }
+
     /// A sidecar temporary a killed worker left (update-metadata, fetch-url and uploads write one before
     /// renaming it over the sidecar) names its job and its attempt's lease token: listed and removed once
     /// that job is final, for every attempt the log gave it, on either store. One named with a random tag

@@ -194,10 +194,43 @@ import TestSupport
         #expect(Display.redacting.message(error) == "the object is 1 byte, more than the maximum of 0")
     }
 
-    @Test func epochTimesInTextReadAsRFC3339() {
-        #expect(TimeText.rewritingEpochs(in: "lease held by w expired at 1764410400000")
+    /// The rescue's reasons carry a lease's end in epoch ms; `history` reads them as RFC 3339. Any other
+    /// text keeps its digits: "…/snap at 1700000000000.txt" in an error was printed as a date.
+    @Test func rescueTimesReadAsRFC3339AndNothingElse() {
+        #expect(TimeText.rescueReasonWithReadableTime("lease held by w expired at 1764410400000")
             == "lease held by w expired at 2025-11-29T10:00:00.000Z")
-        #expect(TimeText.rewritingEpochs(in: "attempt 2 at 12") == "attempt 2 at 12")
+        #expect(TimeText.rescueReasonWithReadableTime("lease expired at 1764410400000") == "lease expired at 2025-11-29T10:00:00.000Z")
+        #expect(TimeText.rescueReasonWithReadableTime("its worker (worker:h:1) died or lost its lease at 1764410400000 while a pause "
+                                                      + "was pending; `jobctl resume J` runs it again")
+            == "its worker (worker:h:1) died or lost its lease at 2025-11-29T10:00:00.000Z while a pause was pending; `jobctl resume J` runs it again")
+        for text in ["attempt 2 at 12", "lease expired", "lease held by w expired at 1764410400000.txt",
+                     "the destination '/o/snap at 1700000000000.txt' already exists", "snap at 1700000000000"] {
+            #expect(TimeText.rescueReasonWithReadableTime(text) == text)
+        }
+        let error = StorageError(.unknown, "the destination '/o/snap at 1700000000000.txt' already exists")
+        #expect(Display.redacting.message(error) == error.message)
+    }
+
+    /// `submit --at` with a duration had no upper bound: from a clock in 9999, `--at 3650d` scheduled jobs in
+    /// year 10009. It stops at 9999-12-31 as an RFC 3339 time and `delay:` do; the leap second ending 9999 is taken.
+    @Test func atStaysWithin9999() throws {
+        let june9999 = try #require(RFC3339.parse("9999-06-01T00:00:00Z"))
+        #expect(throws: UsageError.self) { _ = try TimeInput.future("3650d", option: "at", now: june9999) }
+        #expect(throws: UsageError.self) { _ = try TimeInput.future("214d", option: "at", now: june9999) }
+        #expect(try TimeInput.future("213d", option: "at", now: june9999) == june9999 + 213 * 86_400_000)
+        #expect(try TimeInput.future("9999-12-31T23:59:60Z", option: "at", now: june9999) == TimeInput.latestMs)
+        do {
+            _ = try TimeInput.future("3650d", option: "at", now: june9999)
+        } catch let error as UsageError {
+            #expect("\(error)".contains("--at 3650d reaches past 9999-12-31"), "\(error)")
+        }
+        // Second 60 of the last minute of 1969 is a leap second before 1970: said to be out of range.
+        do {
+            _ = try TimeInput.parse("1969-12-31T23:59:60Z", option: "since", now: june9999)
+            Issue.record("a time before 1970 was taken")
+        } catch let error as UsageError {
+            #expect("\(error)".contains("out of range: expected a time between 1970-01-01 and 9999-12-31"), "\(error)")
+        }
     }
 
     /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives

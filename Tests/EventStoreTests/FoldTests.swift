@@ -107,6 +107,20 @@ struct FoldTests {
         #expect(record.state == .queued && record.runAfterMs == 450)
     }
 
+    /// `pause` then `resume` of a job waiting for its retry dropped the wait (a server's Retry-After too).
+    @Test("a job paused while its retry waits and resumed keeps the retry's time; one resumed after it runs at once")
+    func resumeRequestedKeepsAPendingRetry() throws {
+        var record = try runningRecord()
+        record.apply(event(.attemptFailed, version: 3, at: 300, EventData(retryAtMs: 5_000)))
+        record.apply(event(.pauseRequested, version: 4, at: 400))
+        record.apply(event(.paused, version: 5, at: 400))
+        var late = record
+        record.apply(event(.resumeRequested, version: 6, at: 450))
+        #expect(record.state == .queued && record.runAfterMs == 5_000)
+        late.apply(event(.resumeRequested, version: 6, at: 7_000))
+        #expect(late.state == .queued && late.runAfterMs == 7_000)
+    }
+
     @Test func resumeRequestedWithdrawsAPauseRequestWhileRunning() throws {
         var record = try runningRecord()
         record.apply(event(.pauseRequested, version: 3, at: 300))
@@ -169,6 +183,20 @@ struct FoldTests {
         record.apply(event(.retried, version: 4, at: 900))
         #expect(record.state == .queued && record.attempts == 0 && record.error == nil)
         #expect(record.finishedAtMs == nil && record.runAfterMs == 900 && record.version == 4)
+    }
+
+    /// A retry re-opens a job; it does not move its schedule (it used to run the job at once).
+    @Test("a job retried before its scheduled time keeps it; one retried after it runs at once")
+    func retriedKeepsTheSchedule() throws {
+        var spec = Self.spec
+        spec.runAfterMs = 5_000
+        let submitted = event(.submitted, version: 1, at: 100, EventData(spec: spec))
+        var early = try #require(JobRecord.folding([submitted, event(.cancelled, version: 2, at: 200)]))
+        var late = early
+        early.apply(event(.retried, version: 3, at: 900))
+        #expect(early.state == .queued && early.runAfterMs == 5_000)
+        late.apply(event(.retried, version: 3, at: 6_000))
+        #expect(late.state == .queued && late.runAfterMs == 6_000)
     }
 
     @Test("attempts count failures and crashes; a pause or a graceful release gives its charge back")

@@ -11,8 +11,9 @@ import TestSupport
 @Suite("Migrating a large database", .onTestThreads)
 struct LargeMigrationTests {
     /// A database at schema 7 (before 008 dropped the projection's spec and result) holding `jobs`
-    /// queued jobs with a spec of a few hundred bytes each, written directly (no events: only the
-    /// migration's DDL is exercised; no migration after 2 rebuilds the projection).
+    /// queued jobs with a spec of a few hundred bytes each, written directly, each with its `submitted`
+    /// event: migrations 16 and 17 rebuild the projection from the log, at the end of the one
+    /// transaction that then applies every pending migration.
     private func schema7Database(_ path: String, jobs: Int) throws {
         let connection = try SQLiteConnection(path: path, readOnly: false, create: true)
         try connection.execute("PRAGMA journal_mode = WAL")
@@ -35,6 +36,13 @@ struct LargeMigrationTests {
                    0, 0, 1, i, i
             FROM n
             """, [.int(jobs)])
+        let submitted = try StoreJSON.encode(EventData(spec: JobSpec(kind: .downloadMemory, source: "file:///objects/NUMBER")))
+        try connection.run("""
+            INSERT INTO events (seq, job_id, version, type, at_ms, actor, data)
+            SELECT seq, id, 1, 'submitted', created_at_ms, 'cli:test',
+                   replace(?, 'NUMBER', substr(spec, length('{"kind":"download-memory","source":"file:///objects/') + 1, 200))
+            FROM jobs
+            """, [.text(submitted)])
         try connection.run("COMMIT")
     }
 

@@ -64,6 +64,8 @@ struct MigrationTests {
             "13 sweep_watermark_per_host 3b6e700680ea7bf3b6b3d7d3edc4a569ab3a3a24680b040cdbdab2d92f835ca2",
             "14 finished_seq 825ecc6ff49c0a0f0d48fb8b5b1df72121ae966ee3ae4fb3683eb175d452e76b",
             "15 events_of_newer_types da401e792d936587a59a66b2e4d6675f08846c2d29d4ad86b4779a34869a9c0c",
+            "16 retry_keeps_the_schedule 44d51398ed503b8398a2664a20978dbc56340837c0c6eccdae391d62f50b6070",
+            "17 resume_keeps_the_retry_time 8160e5e20ab0ff9001c55ea0207438a341c6c305774032563ea956337e0637c6",
         ])
     }
 

@@ -76,5 +76,5 @@ let numbersTarget = FuzzTarget(
             _ = TimeText.duration(seconds: value)
             _ = TimeText.age(value, now: 1_764_410_400_000)
         }
-        _ = TimeText.rewritingEpochs(in: text)
+        _ = TimeText.rescueReasonWithReadableTime(text)
     })

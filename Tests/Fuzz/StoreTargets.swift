@@ -126,7 +126,7 @@ let sidecarTarget = FuzzTarget(
 
 /// The escapes of values shown to people and programs: `TerminalText` (every table cell, message and
 /// log line), `escapingJSONControls` (every `--json`: must stay JSON with the same values), `CSVField`
-/// (`audit --csv`), header-value checks (metadata, tokens), `TimeText.rewritingEpochs`.
+/// (`audit --csv`), header-value checks (metadata, tokens), `TimeText.rescueReasonWithReadableTime`.
 let textTarget = FuzzTarget(
     name: "text",
     summary: "TerminalText.*, escapingJSONControls (same values back), CSVField, HeaderValues, BearerToken",
@@ -154,5 +154,5 @@ let textTarget = FuzzTarget(
         _ = HeaderValues.printableName(of: text)
         try? BearerToken.validate(text, source: "the token")
         _ = ManifestReader.hasControlCharacter(text)
-        _ = TimeText.rewritingEpochs(in: text)
+        _ = TimeText.rescueReasonWithReadableTime(text)
     })

@@ -107,4 +107,29 @@ import Testing
         #expect(!RFC3339.isMisplacedLeapSecond("2027-01-01T23:59:61Z") && !RFC3339.isMisplacedLeapSecond("2027-02-30T23:59:60Z"))
         #expect(!RFC3339.isMisplacedLeapSecond("2016-12-31T23:59:60Z"))
     }
+
+    /// The ends of the range: the last minute of 9999 (its next day in year 10000) and of 1969 are the
+    /// last minutes of a month, so second 60 there is a leap second — the first the last millisecond
+    /// jobctl takes, the other before 1970, which the callers' range check refuses as such. Both were
+    /// called misplaced leap seconds.
+    @Test func leapSecondsAtTheEndsOfTheRange() throws {
+        #expect(RFC3339.parse("9999-12-31T23:59:60Z") == 253_402_300_799_999)
+        #expect(RFC3339.parse("9999-12-31T23:59:60Z") == RFC3339.parse("9999-12-31T23:59:59.999Z"))
+        for text in ["1969-12-31T23:59:60Z", "1970-01-01T00:59:60+01:00"] {
+            #expect(RFC3339.parse(text) == -1, "\(text)")
+            #expect(!RFC3339.isMisplacedLeapSecond(text), "\(text)")
+        }
+        #expect(RFC3339.parse("1969-12-30T23:59:60Z") == nil && RFC3339.isMisplacedLeapSecond("1969-12-30T23:59:60Z"))
+        #expect(RFC3339.parse("1969-11-30T23:59:60Z") == RFC3339.parse("1969-11-30T23:59:59.999Z"))
+        // Every 23:59 of 1960…2040 is a leap-second minute exactly when the next day is the 1st.
+        let calendar = { var c = Calendar(identifier: .gregorian); c.timeZone = TimeZone(identifier: "UTC")!; return c }()
+        var day = try #require(calendar.date(from: DateComponents(year: 1960, month: 1, day: 1)))
+        let end = try #require(calendar.date(from: DateComponents(year: 2040, month: 1, day: 1)))
+        while day < end {
+            let minutes = Int64((day.timeIntervalSince1970 / 60).rounded()) + 1_439
+            let next = try #require(calendar.date(byAdding: .day, value: 1, to: day))
+            #expect(RFC3339.isLeapSecondMinute(minutes) == (calendar.component(.day, from: next) == 1), "\(day)")
+            day = next
+        }
+    }
 }

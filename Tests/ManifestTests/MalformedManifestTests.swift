@@ -261,6 +261,11 @@ private let malformedCases: [MalformedCase] = [
           .invalidValue, "'run_after' must be an RFC 3339 time"),
     .init("run_after before 1970", "- kind: fetch-url\n  source: gs://bkt/a\n  run_after: 1969-12-31T23:59:59Z\n", 3, 14, .invalidValue,
           "'run_after' must be between 1970-01-01 and 9999-12-31, not '1969-12-31T23:59:59Z'"),
+    // A leap second, but before 1970: said so, not called a misplaced leap second.
+    .init("run_after a leap second before 1970", "- kind: fetch-url\n  source: gs://bkt/a\n  run_after: 1969-12-31T23:59:60Z\n", 3, 14,
+          .invalidValue, "'run_after' must be between 1970-01-01 and 9999-12-31, not '1969-12-31T23:59:60Z'"),
+    .init("run_after a leap second before 1970 in another zone", "- kind: fetch-url\n  source: gs://bkt/a\n  run_after: \"1970-01-01T00:59:60+01:00\"\n",
+          3, 14, .invalidValue, "'run_after' must be between 1970-01-01 and 9999-12-31, not '1970-01-01T00:59:60+01:00'"),
     .init("run_after with a five-digit year", "- kind: fetch-url\n  source: gs://bkt/a\n  run_after: 10000-01-01T00:00:00Z\n", 3, 14,
           .invalidValue, "'run_after' must be an RFC 3339 time"),
     .init("run_after as a number", "- kind: fetch-url\n  source: gs://bkt/a\n  run_after: [1]\n", 3, 14, .wrongType,

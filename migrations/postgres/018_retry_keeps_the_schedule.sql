@@ -1,0 +1,11 @@
+-- jobctl event store on PostgreSQL, schema version 18: no table changes, a new meaning for `jobs.run_after_ms` after `retried`.
+--
+-- `jobctl retry` of a job with a schedule (`run_after:`, `delay:`, `submit --at`) set its run time to the
+-- retry's, so a job cancelled or failed years before its time ran at once once retried (and its
+-- dependants with it). A retried job now keeps its schedule, as a resumed one does; a schedule already
+-- past runs at once, as before.
+--
+-- The event log does not change. The projection is rebuilt from it by the new fold in this same
+-- transaction (PostgresMigrator.rebuildsProjection), so `jobctl replay --verify` holds afterwards: a job an older
+-- jobctl retried before its time waits for it again.
+SELECT 1;
