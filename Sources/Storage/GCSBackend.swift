@@ -47,8 +47,8 @@ public struct GCSBackend: StorageBackend {
     /// `perform` under the attempt's own control (its timeout and `max_rate:`).
     private func perform(_ spec: JobSpec, limitedBy control: TransferControl, resumingFrom resumePoint: ResumePoint?,
                          report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
-                               policy: configuration.uploadPolicy) {
+        switch try TransferPlan(spec, firebaseHosts: configuration.firebaseHosts, schemes: [.gs],
+                               expected: "a Cloud Storage reference (gs:// or a Firebase URL)", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint)
             // After attempts that died unanswered, no session to resume: a fresh start with a look first.

@@ -62,7 +62,8 @@ public struct HTTPBackend: StorageBackend {
     /// `perform` under the attempt's own control (its timeout and `max_rate:`).
     private func perform(_ spec: JobSpec, parsed: StorageReference?, limitedBy control: TransferControl, resumingFrom resumePoint: ResumePoint?,
                          report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, parsed: parsed, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
+        switch try TransferPlan(spec, parsed: parsed, firebaseHosts: configuration.firebaseHosts, schemes: [.http, .https],
+                               expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint)
             // Over plain HTTP `fail` looks first as well: nginx's WebDAV module ignores `If-None-Match: *`
