@@ -476,9 +476,20 @@ extension Commands {
             messages.forEach(emitError)
             return status
         }
-        let table = rows.map { [$0.key, $0.value, $0.source] }
-        emit(renderTable([TableColumn("SETTING"), TableColumn("VALUE", fit: .elide(minimum: 12), elide: { Elide.end($0, to: $1) }),
-                          TableColumn("SOURCE")], table, width: context.width).text)
+        // Each key with the flag or variable it stands for (`variable` in the JSON), `(--flag)` or
+        // `($VARIABLE)`, under the key when both do not fit on one line (a proxy variable is its own key).
+        // At most 100 columns wide, as help is (a pipe too): cells wrap rather than lose their ends.
+        let indent = "  "
+        let named = rows.map { row -> String in
+            guard row.variable != row.key else { return row.key }
+            return "\(row.key) (\(row.variable.hasPrefix("--") ? row.variable : "$" + row.variable))"
+        }
+        let narrowest = rows.reduce(0) { max($0, visibleWidth($1.key), indent.count + 3 + visibleWidth($1.variable)) }
+        // A value of thousands of characters (a variable set by mistake) is clipped as messages are.
+        let table = zip(named, rows).map { [$0, TerminalText.clipped($1.value), $1.source] }
+        emit(renderTable([TableColumn("SETTING (FLAG OR VARIABLE)", fit: .wrap(minimum: narrowest), wrapIndent: indent),
+                          TableColumn("VALUE", fit: .wrap(minimum: 16)), TableColumn("SOURCE", fit: .wrap(minimum: 16))],
+                         table, width: min(context.width ?? HelpLayout.defaultWidth, HelpLayout.defaultWidth)).text)
         emit(configuration.files.isEmpty ? "no configuration file" : "files: \(configuration.files.joined(separator: ", "))")
         messages.forEach(emitError)
         return status

@@ -15,6 +15,29 @@ import TestSupport
         return try runProcess(PackagePaths.jobctlBinary, arguments, environment: env, currentDirectory: workspace.directory.path)
     }
 
+    /// The text table's cells by key, each cell's wrapped lines joined and its spaces left out (a cell
+    /// wraps at spaces, or within a word longer than its column): setting (key and flag or variable),
+    /// value, source.
+    static func textTable(_ stdout: String) -> [String: [String]] {
+        let lines = stdout.split(separator: "\n").map(String.init)
+        guard let header = lines.first, let value = header.range(of: "VALUE"), let source = header.range(of: "SOURCE") else { return [:] }
+        let starts = [0, header.distance(from: header.startIndex, to: value.lowerBound), header.distance(from: header.startIndex, to: source.lowerBound)]
+        var rows: [[String]] = []
+        for line in lines.dropFirst() where !line.hasPrefix("files: ") && line != "no configuration file" {
+            let cells = starts.indices.map { index in
+                let text = Array(line)
+                let end = index + 1 < starts.count ? min(starts[index + 1], text.count) : text.count
+                return starts[index] < end ? String(text[starts[index]..<end]).replacingOccurrences(of: " ", with: "") : ""
+            }
+            if line.first == " ", !rows.isEmpty {
+                for index in cells.indices { rows[rows.count - 1][index] += cells[index] }
+            } else {
+                rows.append(cells)
+            }
+        }
+        return Dictionary(rows.map { row in (String(row[0].prefix { $0 != "(" }), row) }) { first, _ in first }
+    }
+
     static func settings(_ output: ProcessOutput) throws -> [String: [String: String]] {
         let object = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any], "\(output.stderr)")
         let rows = try #require(object["settings"] as? [[String: String]])
@@ -255,8 +278,9 @@ import TestSupport
         #expect(settings["HTTP_PROXY"] == nil, "shown only when set")
         let text = try Self.run(workspace, ["config"], environment: environment)
         #expect(text.status == 0, "\(text.stderr)")
-        #expect(text.stdout.contains("https_proxy") && text.stdout.contains("alice:REDACTED@proxy.example"), "\(text.stdout)")
-        #expect(text.stdout.contains("no_proxy") && text.stdout.contains("localhost,.internal"), "\(text.stdout)")
+        let cells = Self.textTable(text.stdout)
+        #expect(cells["https_proxy"]?[1].contains("alice:REDACTED@proxy.example") == true, "\(text.stdout)")
+        #expect(cells["no_proxy"]?[1] == "localhost,.internal", "\(text.stdout)")
         for output in [text.stdout, text.stderr] { #expect(!output.contains("s3cret")) }
     }
 
@@ -315,7 +339,8 @@ import TestSupport
         let json = try Self.run(workspace, ["config", "--json"], environment: environment)
         #expect(try Self.settings(json)["storage_emulator_host"]?["value"] == shown, "\(json.stdout)")
         let text = try Self.run(workspace, ["config"], environment: environment)
-        #expect(text.stdout.contains(shown) && text.stderr.contains("not '\(shown)'"), "\(text.stdout)\(text.stderr)")
+        #expect(Self.textTable(text.stdout)["storage_emulator_host"]?[1] == shown && text.stderr.contains("not '\(shown)'"),
+                "\(text.stdout)\(text.stderr)")
         let worker = try Self.run(workspace, ["worker", "--drain"], environment: environment)
         #expect(worker.status == 64 || worker.status == 1, "\(worker.stderr)")
         #expect(worker.stderr.contains("not '\(shown)'"), "\(worker.stderr)")
@@ -616,6 +641,40 @@ import TestSupport
         let keys = try Self.settings(try Self.run(workspace, ["config", "--json"])).values.filter { $0["key"] != $0["variable"] }.compactMap { $0["key"] }
         #expect(keys.contains("db") && keys.contains("concurrency"))
         for key in keys { #expect(remedy.stdout.contains(key), "`jobctl \(quoted.1)` does not name \(key)") }
+    }
+
+    /// The text table named no key's flag or variable: only `--json` did (`variable`), though the README
+    /// says each key "stands for the flag or variable `jobctl config` names beside it". Each key now shows
+    /// it, `(--flag)` or `($VARIABLE)`, and the table keeps within 100 columns (a terminal's width when
+    /// narrower), long values wrapped whole rather than cut.
+    @Test("the text table names each key's flag or variable, within 100 columns, values whole")
+    func textNamesFlagOrVariable() throws {
+        let workspace = try CLIWorkspace("config-text")
+        defer { workspace.directory.remove() }
+        let url = "postgres://jobs:S3CR3T@127.0.0.1:5432/a-database-with-a-long-name?sslmode=disable&application_name=nightly-copies"
+        let file = try workspace.write("xdg/jobctl/config.yaml", "db: '\(url)'\nconcurrency: 12\nmetrics_allow_remote: false\n")
+        let json = try Self.settings(try Self.run(workspace, ["config", "--json"]))
+        for columns in ["", "300", "72"] {
+            let text = try Self.run(workspace, ["config"], environment: ["COLUMNS": columns])
+            #expect(text.status == 0, "\(text.stderr)")
+            let limit = columns == "72" ? 72 : 100
+            let lines = text.stdout.split(separator: "\n")
+            #expect(lines.first?.hasPrefix("SETTING (FLAG OR VARIABLE)") == true, "\(text.stdout)")
+            for line in lines { #expect(line.count <= limit, "COLUMNS=\(columns): \(line.count) columns: \(line)") }
+            let cells = Self.textTable(text.stdout)
+            #expect(cells.count == json.count, "\(cells.keys.sorted()) vs \(json.keys.sorted())")
+            for (key, row) in json {
+                let variable = try #require(row["variable"])
+                let named = variable == key ? key : "\(key)(\(variable.hasPrefix("--") ? variable : "$" + variable))"
+                #expect(cells[key]?[0] == named, "COLUMNS=\(columns): \(key) is shown as \(cells[key]?[0] ?? "nothing"), not \(named)")
+                #expect(cells[key]?[1] == row["value"]?.replacingOccurrences(of: " ", with: ""), "COLUMNS=\(columns): \(key)'s value")
+            }
+            #expect(cells["db"]?[0] == "db($JOBCTL_DB)" && cells["concurrency"]?[0] == "concurrency(--concurrency)"
+                        && cells["metrics_allow_remote"]?[0] == "metrics_allow_remote(--metrics-allow-remote)"
+                        && cells["google_application_credentials"]?[0] == "google_application_credentials($GOOGLE_APPLICATION_CREDENTIALS)")
+            #expect(cells["db"]?[2] == "\(file):1:5" && cells["lease"]?[2] == "default", "\(text.stdout)")
+            #expect(!text.stdout.contains("S3CR3T"))
+        }
     }
 
     /// `config` ran the worker's storage check but none of its other refusals at start: a `metrics:`
