@@ -199,8 +199,8 @@ public struct HTTPBackend: StorageBackend {
         let sent = DeleteSent()
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(HTTPRequest(method: "DELETE", url: url), control: control, options: configuration.curlOptions,
-                                                requestSent: sent.note)
+            response = try await engine.perform(HTTPRequest.discardingSuccessBody(method: "DELETE", url: url), control: control,
+                                                options: configuration.curlOptions, requestSent: sent.note)
         } catch {
             return try sent.ended(error, report: report)
         }
@@ -229,7 +229,8 @@ public struct HTTPBackend: StorageBackend {
         let checksums = StreamChecksums(md5: md5)
         let total = source.size
         let progress = ProgressThrottle(total: total, report: report)
-        var request = HTTPRequest(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
+        // Only the answer's status and headers are read (its hashes, its ETag): a body is dropped, whatever its size.
+        var request = HTTPRequest.discardingSuccessBody(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
         if !replacing { request.headers.append("If-None-Match: *") }
         request.bodyLength = total
         let sent = Atomic<Bool>(false)
@@ -458,7 +459,7 @@ public struct HTTPBackend: StorageBackend {
                 + "in If-Match, and a delete without it could remove a version someone else wrote since — check the file, delete it "
                 + "and upload again"
         }
-        let request = HTTPRequest(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
+        let request = HTTPRequest.discardingSuccessBody(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(request, control: nil, options: configuration.curlOptions)
