@@ -20,6 +20,9 @@
 #define JOBCTL_PQ_FUNCTIONS(X) \
     X(PGconn *, PQconnectdbParams, (const char *const *keywords, const char *const *values, int expand), (keywords, values, expand)) \
     X(void, PQfinish, (PGconn *conn), (conn)) \
+    X(PQconninfoOption *, PQconninfoParse, (const char *conninfo, char **errmsg), (conninfo, errmsg)) \
+    X(void, PQconninfoFree, (PQconninfoOption *connOptions), (connOptions)) \
+    X(void, PQfreemem, (void *ptr), (ptr)) \
     X(void, PQreset, (PGconn *conn), (conn)) \
     X(int, PQresetStart, (PGconn *conn), (conn)) \
     X(PostgresPollingStatusType, PQresetPoll, (PGconn *conn), (conn)) \

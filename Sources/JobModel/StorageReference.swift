@@ -8,7 +8,7 @@ import Glibc
 /// Accepted forms:
 /// - `gs://bucket/path`
 /// - `http(s)://HOST/v0/b/BUCKET/o/PERCENT_ENCODED_PATH` (Firebase form) → `gs`, on Firebase's host
-///   (`firebasestorage.googleapis.com`) or the emulator's (`STORAGE_EMULATOR_HOST`); a plain URL elsewhere
+///   (`firebasestorage.googleapis.com`) or the emulator's the settings name (`FirebaseHosts`); a plain URL elsewhere
 /// - `https://storage.googleapis.com/BUCKET/PATH` → `gs`
 /// - `file:///abs/path` (absolute; bucket is empty) and `file://NAME/path` (a named local bucket)
 /// - any other `http(s)://host[:port]/path[?query]`
@@ -122,28 +122,15 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
     public static let maximumReferenceBytes = 16_384
 
     /// Parses any accepted form; throws `invalidArgument` (or `pathError`) with a message that says why.
+    /// A Firebase-form URL names a `gs://` object on Firebase's own host only: a command that runs with
+    /// storage settings parses with their hosts (`init(parsing:firebaseHosts:)`), the emulator's included.
     public init(parsing text: String) throws(StorageError) {
-        try self.init(parsing: text, firebaseHosts: Self.firebaseHosts)
+        try self.init(parsing: text, firebaseHosts: .firebase)
     }
 
-    /// The hosts whose Firebase-form URLs (`/v0/b/BUCKET/o/PATH`) name a `gs://` object: Firebase's own,
-    /// and the emulator's that `STORAGE_EMULATOR_HOST` names (where `gs://` requests go), each
-    /// `host[:port]` in lower case. As Firebase's `refFromURL` reads only its host and the emulator's: the
-    /// same path on any other host read as `gs://` sent a pasted emulator URL (`http://127.0.0.1:9199/v0/b/…`)
-    /// to Google's servers, with whatever Google credentials the worker had; there it is a plain URL,
-    /// requested as written.
-    static let firebaseHosts: Set<String> = {
-        var hosts: Set<String> = ["firebasestorage.googleapis.com", "firebasestorage.googleapis.com:443"]
-        guard var value = ProcessInfo.processInfo.environment["STORAGE_EMULATOR_HOST"]?
-            .trimmingCharacters(in: .whitespaces).lowercased() else { return hosts }
-        if let separator = value.range(of: "://") { value = String(value[separator.upperBound...]) }
-        while value.hasSuffix("/") { value.removeLast() }
-        if !value.isEmpty { hosts.insert(value) }
-        return hosts
-    }()
-
-    /// `init(parsing:)` with the hosts whose Firebase-form URLs are `gs://` references given (tests).
-    init(parsing text: String, firebaseHosts: Set<String>) throws(StorageError) {
+    /// Parses any accepted form, reading a Firebase-form URL (`/v0/b/BUCKET/o/PATH`) on one of
+    /// `firebaseHosts` as the `gs://` object it names (see `FirebaseHosts`).
+    public init(parsing text: String, firebaseHosts: FirebaseHosts) throws(StorageError) {
         // First, before any work on the text (and without quoting it).
         let length = text.utf8.count
         if length > Self.maximumReferenceBytes {
@@ -184,7 +171,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    private init(parsingHTTP rest: String, scheme: Scheme, original: String, firebaseHosts: Set<String>) throws(StorageError) {
+    private init(parsingHTTP rest: String, scheme: Scheme, original: String, firebaseHosts: FirebaseHosts) throws(StorageError) {
         // Searched and split on bytes, as curl and servers read a URL: a Character search missed a `#`,
         // `?` or `/` that a combining mark joined into another Character (and was most of a parse).
         let ascii = Self.isASCII(rest)
@@ -208,7 +195,7 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
             ? rawPath.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { String(Substring($0)) }
             : SlashSeparatedPath.parts(of: rawPath).map(String.init)
         // Firebase form: /v0/b/BUCKET/o/ENCODED_PATH on Firebase's host or the emulator's.
-        if segments.count >= 2, segments[0] == "v0", segments[1] == "b", firebaseHosts.contains(host.lowercased()) {
+        if segments.count >= 2, segments[0] == "v0", segments[1] == "b", firebaseHosts.contains(host) {
             // Read the bucket from the raw path: collapsing `//` would turn `/v0/b//o/x` into bucket `o`.
             let afterPrefix = rawPath.hasPrefix("/v0/b/") ? rawPath.dropFirst("/v0/b/".count) : ""
             guard segments.count >= 3, let first = afterPrefix.first, first != "/" else {

@@ -116,6 +116,9 @@ public struct ManifestParser: Sendable {
     public var limits: ManifestLimits
     /// The submit's time (ms since the epoch), which `delay:` counts from; nil reads the clock.
     public var nowMs: Int64?
+    /// The hosts whose Firebase-form URLs (`/v0/b/BUCKET/o/PATH`) name `gs://` objects: Firebase's own
+    /// unless the submit's storage settings name an emulator (`StorageConfiguration.firebaseHosts(in:)`).
+    public var firebaseHosts: FirebaseHosts = .firebase
 
     /// - Parameters:
     ///   - baseDirectory: where relative `source`/`destination` paths start; nil for the manifest's own
@@ -198,7 +201,8 @@ public struct ManifestParser: Sendable {
         if let errors = Self.byteOrderMarkErrors(in: source, path: path, limits: limits) { return .failure(errors) }
         let document = YAMLParser(source: source, limits: limits).parseDocument()
         var reader = ManifestReader(file: path, source: source, baseDirectory: resolvedBaseDirectory(for: path),
-                                    checksSources: checksSources, limits: limits, nowMs: nowMs ?? Clock.nowMs())
+                                    checksSources: checksSources, limits: limits, nowMs: nowMs ?? Clock.nowMs(),
+                                    firebaseHosts: firebaseHosts)
         for problem in document.problems {
             let code: ManifestError.Code = switch problem.kind {
             case .syntax: .syntax

@@ -174,7 +174,7 @@ extension ManifestReader {
         }
         let reference: StorageReference
         do {
-            reference = try Self.submittedReference(text.value)
+            reference = try submittedReference(text.value)
         } catch {
             report(.invalidReference, "'destination' is not a valid storage reference: \(error.message)", at: text.valueMark)
             return nil
@@ -187,11 +187,13 @@ extension ManifestReader {
             return nil
         }
         let written = text.value
+        let hosts = firebaseHosts
         return FolderDestination(mark: text.valueMark) { relative in
             do throws(StorageError) {
                 if plainHTTP {
                     let (path, rest) = Self.splitPath(written)
-                    return .success(try StorageReference(parsing: path + StorageReference.percentEncode(relative, keepSlash: true) + rest).description)
+                    return .success(try StorageReference(parsing: path + StorageReference.percentEncode(relative, keepSlash: true) + rest,
+                                                          firebaseHosts: hosts).description)
                 }
                 let base = reference.fullPath.isEmpty ? "" : reference.fullPath + "/"
                 if reference.scheme == .file, let reserved = HiddenName.reservedComponent(in: relative) {
@@ -223,7 +225,7 @@ extension ManifestReader {
     /// A download-file `source` that names a prefix to list: a `gs://` or `file://` reference ending in
     /// `/`, or a bucket root. Nil for anything else (the usual checks then run).
     func listablePrefix(_ text: Located<String>) -> StorageReference? {
-        guard let reference = try? Self.submittedReference(text.value), reference.scheme == .gs || reference.scheme == .file else {
+        guard let reference = try? submittedReference(text.value), reference.scheme == .gs || reference.scheme == .file else {
             return nil
         }
         guard reference.isRoot || Self.namesFolder(text.value, plainHTTP: false) else { return nil }

@@ -193,6 +193,8 @@ struct ManifestReader {
     let limits: ManifestLimits
     /// The submit's time (ms): `delay:` counts from it.
     let nowMs: Int64
+    /// The hosts whose Firebase-form URLs name `gs://` objects: the submit's storage settings'.
+    let firebaseHosts: FirebaseHosts
     /// The errors found so far: the first `limits.maximumShownErrors` whole, the others counted.
     private(set) var errors: ManifestErrorCollector
     /// Jobs made so far, expansions included, against `limits.maximumJobs`.
@@ -202,8 +204,9 @@ struct ManifestReader {
     private var idempotencyKeys: [UTF8Key: SourceMark] = [:]
 
     init(file: String, source: SourceText, baseDirectory: String?, checksSources: Bool = true, limits: ManifestLimits = .default,
-         nowMs: Int64 = Clock.nowMs()) {
+         nowMs: Int64 = Clock.nowMs(), firebaseHosts: FirebaseHosts = .firebase) {
         self.nowMs = nowMs
+        self.firebaseHosts = firebaseHosts
         self.file = file
         self.source = source
         self.baseDirectory = baseDirectory
@@ -687,8 +690,9 @@ struct ManifestReader {
     /// `text` parsed as a reference a user submits: a `gs://` one (written as such, as a Firebase or a
     /// storage.googleapis.com URL) must name a bucket Cloud Storage can have. Parsing alone takes any
     /// bucket a `file://` folder may be named, and `gs://MyBucket/x` or `gs://b/x` failed only when the job ran.
-    static func submittedReference(_ text: String) throws(StorageError) -> StorageReference {
-        let reference = try StorageReference(parsing: text)
+    /// A Firebase-form URL names a `gs://` object on Firebase's host and the emulator's (`firebaseHosts`).
+    func submittedReference(_ text: String) throws(StorageError) -> StorageReference {
+        let reference = try StorageReference(parsing: text, firebaseHosts: firebaseHosts)
         if reference.scheme == .gs, let problem = StorageReference.cloudStorageBucketProblem(reference.bucket) {
             throw StorageError(.invalidArgument, "the bucket name '\(reference.bucket)' cannot be a Cloud Storage bucket's: \(problem); "
                 + StorageReference.cloudStorageBucketRule)
@@ -699,7 +703,7 @@ struct ManifestReader {
     /// The reference `text` names, or nil after reporting why it names none.
     private mutating func parsedReference(_ text: Located<String>, field: JobField, other: Located<String>?) -> StorageReference? {
         do {
-            return try Self.submittedReference(text.value)
+            return try submittedReference(text.value)
         } catch {
             var message = "'\(field.rawValue)' is not a valid storage reference: \(error.message)"
             if !text.value.containsUTF8("://"), let other, other.value.containsUTF8("://") {
@@ -782,7 +786,8 @@ struct ManifestReader {
             } else {
                 // The name goes after the path as written, so an http(s) URL keeps its exact path and its query.
                 let (path, rest) = Self.splitPath(text.value)
-                resolved = try StorageReference(parsing: path + StorageReference.percentEncode(name, keepSlash: false) + rest)
+                resolved = try StorageReference(parsing: path + StorageReference.percentEncode(name, keepSlash: false) + rest,
+                                                 firebaseHosts: firebaseHosts)
             }
             return resolved.description
         } catch {
@@ -1091,7 +1096,7 @@ struct ManifestReader {
         guard let text = string(pair, expected: expected) else { return nil }
         let reference: StorageReference
         do {
-            reference = try Self.submittedReference(text)
+            reference = try submittedReference(text)
         } catch {
             report(.invalidReference, "'bucket' is not a valid bucket: \(error.message); expected \(expected)", at: pair.value.mark)
             return nil

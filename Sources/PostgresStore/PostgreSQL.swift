@@ -333,6 +333,30 @@ final class PostgresConnection {
         logSchema = schema
     }
 
+    /// What `init` refuses in `written` before it sends anything: user information libpq would read
+    /// otherwise than jobctl (`userInformationProblem`), libpq that cannot be loaded, and a target libpq
+    /// cannot read (`PQconninfoParse`: a malformed URL, an unknown query parameter such as `?sslmod=`).
+    /// Found without a connection, so `jobctl config` asks it of the worker's database as the worker does.
+    /// libpq's message is scrubbed of the password's pieces, as a failed connection's is.
+    static func checkTarget(_ written: String) throws(PostgresError) {
+        let target = normalizedDatabaseURL(written)
+        let redacted = redactedDatabaseURL(target)
+        if let problem = userInformationProblem(target) {
+            throw PostgresError.connectionFailed(target: redacted, message: problem)
+        }
+        // libpq is loaded at the first connection (see CPostgres/shim.h); a host without it can still
+        // run every SQLite command.
+        if let reason = jobctl_pq_load() { throw PostgresError.libraryUnavailable(reason: String(cString: reason)) }
+        var error: UnsafeMutablePointer<CChar>?
+        guard let options = jobctl_PQconninfoParse(target, &error) else {
+            var message = error.map { String(cString: $0) } ?? "libpq could not read the connection target (out of memory)"
+            if let error { jobctl_PQfreemem(error) }
+            for piece in writtenPasswordPieces(target) { message = scrub(message, password: piece) }
+            throw PostgresError.connectionFailed(target: redacted, message: message)
+        }
+        jobctl_PQconninfoFree(options)
+    }
+
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq
     /// key/value string. libpq itself honours `PGPASSWORD`, `~/.pgpass` and the other `PG*` variables
     /// for whatever the target leaves out.
@@ -345,12 +369,7 @@ final class PostgresConnection {
         let target = normalizedDatabaseURL(written)
         redactedTarget = redactedDatabaseURL(target)
         self.connectTimeoutSeconds = connectTimeoutSeconds
-        if let problem = userInformationProblem(target) {
-            throw PostgresError.connectionFailed(target: redactedTarget, message: problem)
-        }
-        // libpq is loaded at the first connection (see CPostgres/shim.h); a host without it can still
-        // run every SQLite command.
-        if let reason = jobctl_pq_load() { throw PostgresError.libraryUnavailable(reason: String(cString: reason)) }
+        try Self.checkTarget(target)
         // Later keywords win over earlier ones and over what the expanded `dbname` string sets: the
         // timeout and application name are defaults the target may override, the encoding is not.
         let settings: [(String, String)] = [

@@ -80,6 +80,12 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
     ///
     /// A connection attempt waits at most that long too, and never more than 10 s (libpq's least is 2 s);
     /// a `connect_timeout` in the URL says otherwise.
+    /// What opening `url` would refuse before anything is sent (see `PostgresConnection.checkTarget`), as
+    /// the error the open throws: `jobctl config` reports the worker's database with it, contacting no server.
+    public static func checkURL(_ url: String) throws(StoreError) {
+        do throws(PostgresError) { try PostgresConnection.checkTarget(url) } catch { throw StoreError(error) }
+    }
+
     public init(url: String, mode: OpenMode, answerTimeoutMs: Int64? = nil) throws(StoreError) {
         self.location = redactedDatabaseURL(url)
         self.mode = mode

@@ -18,8 +18,9 @@ extension StorageConfiguration {
 }
 
 extension JobSpec {
-    /// Whether the job's storage side is a `gs://` object (served by the GCS backend).
-    public var usesGCS: Bool {
-        (try? remoteReference())?.scheme == .gs
+    /// Whether the job's storage side is a `gs://` object (served by the GCS backend) under `storage`'s
+    /// settings (a Firebase URL on its emulator's host is one).
+    public func usesGCS(under storage: StorageConfiguration) -> Bool {
+        (try? remoteReference(firebaseHosts: storage.firebaseHosts))?.scheme == .gs
     }
 }

@@ -698,6 +698,8 @@ private final class CurlExchange: @unchecked Sendable {
                 return false
             }
         } else if (200..<300).contains(status) {
+            // An answer nothing reads: dropped as it arrives, however large.
+            if request.discardsSuccessBody { return true }
             // An answer read into memory: whole, or refused as larger than such an answer can be (before
             // its first byte is kept when its Content-Length says so), never cut (see `answerLimit`).
             let announced = body.isEmpty ? headers["content-length"].flatMap { Int64($0) } : nil

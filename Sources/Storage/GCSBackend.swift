@@ -47,8 +47,8 @@ public struct GCSBackend: StorageBackend {
     /// `perform` under the attempt's own control (its timeout and `max_rate:`).
     private func perform(_ spec: JobSpec, limitedBy control: TransferControl, resumingFrom resumePoint: ResumePoint?,
                          report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, schemes: [.gs], expected: "a Cloud Storage reference (gs:// or a Firebase URL)",
-                               policy: configuration.uploadPolicy) {
+        switch try TransferPlan(spec, firebaseHosts: configuration.firebaseHosts, schemes: [.gs],
+                               expected: "a Cloud Storage reference (gs:// or a Firebase URL)", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint)
             // After attempts that died unanswered, no session to resume: a fresh start with a look first.
@@ -226,7 +226,9 @@ public struct GCSBackend: StorageBackend {
             }
             let response: HTTPResponse
             do {
-                response = try await send(HTTPRequest(method: "DELETE", url: objectURL(reference) + Self.generationCondition(ifGeneration)),
+                // Only its status is read: a body (none from Cloud Storage) is dropped, whatever its size.
+                response = try await send(HTTPRequest.discardingSuccessBody(method: "DELETE",
+                                                                            url: objectURL(reference) + Self.generationCondition(ifGeneration)),
                                           control: control, requestSent: sent.note)
             } catch {
                 return try sent.ended(error, report: report)
@@ -791,7 +793,7 @@ public struct GCSBackend: StorageBackend {
 
     /// Best effort: tells the server a cancelled session will not be finished.
     private func cancelUploadSession(_ session: String) async {
-        _ = try? await send(HTTPRequest(method: "DELETE", url: session), control: nil)
+        _ = try? await send(HTTPRequest.discardingSuccessBody(method: "DELETE", url: session), control: nil)
     }
 
     /// Compares the stored object with the source — size, CRC32C, and MD5 when the job asked for it (or
@@ -991,7 +993,7 @@ public struct GCSBackend: StorageBackend {
     private func deleteBadObject(_ reference: StorageReference, generation: String?) async -> Bool {
         guard let generation else { return false }
         let url = objectURL(reference) + "?ifGenerationMatch=\(generation)"
-        guard let response = try? await send(HTTPRequest(method: "DELETE", url: url), control: nil) else { return false }
+        guard let response = try? await send(HTTPRequest.discardingSuccessBody(method: "DELETE", url: url), control: nil) else { return false }
         return response.isSuccess
     }
 

@@ -62,7 +62,8 @@ public struct HTTPBackend: StorageBackend {
     /// `perform` under the attempt's own control (its timeout and `max_rate:`).
     private func perform(_ spec: JobSpec, parsed: StorageReference?, limitedBy control: TransferControl, resumingFrom resumePoint: ResumePoint?,
                          report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        switch try TransferPlan(spec, parsed: parsed, schemes: [.http, .https], expected: "an http(s) URL", policy: configuration.uploadPolicy) {
+        switch try TransferPlan(spec, parsed: parsed, firebaseHosts: configuration.firebaseHosts, schemes: [.http, .https],
+                               expected: "an http(s) URL", policy: configuration.uploadPolicy) {
         case .upload(let source, let reference, let contentType):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint)
             // Over plain HTTP `fail` looks first as well: nginx's WebDAV module ignores `If-None-Match: *`
@@ -198,8 +199,8 @@ public struct HTTPBackend: StorageBackend {
         let sent = DeleteSent()
         let response: HTTPResponse
         do throws(TransferFailure) {
-            response = try await engine.perform(HTTPRequest(method: "DELETE", url: url), control: control, options: configuration.curlOptions,
-                                                requestSent: sent.note)
+            response = try await engine.perform(HTTPRequest.discardingSuccessBody(method: "DELETE", url: url), control: control,
+                                                options: configuration.curlOptions, requestSent: sent.note)
         } catch {
             return try sent.ended(error, report: report)
         }
@@ -228,7 +229,8 @@ public struct HTTPBackend: StorageBackend {
         let checksums = StreamChecksums(md5: md5)
         let total = source.size
         let progress = ProgressThrottle(total: total, report: report)
-        var request = HTTPRequest(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
+        // Only the answer's status and headers are read (its hashes, its ETag): a body is dropped, whatever its size.
+        var request = HTTPRequest.discardingSuccessBody(method: "PUT", url: url, headers: ["Content-Type: \(contentType)"])
         if !replacing { request.headers.append("If-None-Match: *") }
         request.bodyLength = total
         let sent = Atomic<Bool>(false)
@@ -457,7 +459,7 @@ public struct HTTPBackend: StorageBackend {
                 + "in If-Match, and a delete without it could remove a version someone else wrote since — check the file, delete it "
                 + "and upload again"
         }
-        let request = HTTPRequest(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
+        let request = HTTPRequest.discardingSuccessBody(method: "DELETE", url: url, headers: etag.map { ["If-Match: \($0)"] } ?? [])
         let response: HTTPResponse
         do throws(TransferFailure) {
             response = try await engine.perform(request, control: nil, options: configuration.curlOptions)

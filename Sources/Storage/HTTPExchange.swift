@@ -24,6 +24,13 @@ struct HTTPRequest: Sendable {
     /// Only the first 64 KiB of any such answer were kept, and a list page of 110 objects (~70 KB) was
     /// then "not JSON"; an endless answer was read for ever.
     var answerLimit = HTTPRequest.jsonAnswerLimit
+    /// Whether a success answer's body is read and dropped instead of kept, `answerLimit` not applying:
+    /// for the requests whose answer jobctl reads only the status and headers of — a plain-HTTP upload's
+    /// PUT, a DELETE over HTTP. A server may answer those with a body of any size (a status page, the
+    /// upload echoed back); kept up to `answerLimit`, a 201 with 20 MiB failed an upload that had landed
+    /// ("the server's answer was larger than 16 MiB"), and every retry did the same. The exchange's own
+    /// limits (the stall timeout, the minimum rate, the job's timeout) bound how long it is read.
+    var discardsSuccessBody = false
 
     /// What a JSON API answer can legitimately be: a list page of 1,000 full object resources is ~1 MB
     /// (each ~1 KB, up to ~10 KB with the most custom metadata GCS keeps), an object resource a few KiB.
@@ -34,6 +41,13 @@ struct HTTPRequest: Sendable {
         self.url = url
         self.headers = headers
         self.followRedirects = followRedirects
+    }
+
+    /// A request whose success answer's body is read and dropped (see `discardsSuccessBody`).
+    static func discardingSuccessBody(method: String, url: String, headers: [String] = []) -> HTTPRequest {
+        var request = HTTPRequest(method: method, url: url, headers: headers)
+        request.discardsSuccessBody = true
+        return request
     }
 
     /// A request with a small in-memory body (JSON metadata).
@@ -57,7 +71,8 @@ struct HTTPRequest: Sendable {
 }
 
 /// A complete response: status, headers (lower-cased names; repeated headers joined by `,`) and the
-/// body when no sink consumed it (JSON, up to the request's `answerLimit`; error bodies, cut at 64 KiB).
+/// body when no sink consumed it (JSON, up to the request's `answerLimit`, none when the request
+/// `discardsSuccessBody`; error bodies, cut at 64 KiB).
 struct HTTPResponse: Sendable {
     var status: Int
     var headers: [String: String]

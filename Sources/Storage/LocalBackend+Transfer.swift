@@ -128,7 +128,7 @@ final class LocalTransfer {
     private func reference(_ text: String?, _ field: String) throws(StorageError) -> StorageReference {
         if let parsed, field == (spec.kind.namesDestinationReference ? "destination" : "source") { return parsed }
         guard let text else { throw StorageError(.invalidArgument, "\(spec.kind.rawValue) needs a \(field) reference") }
-        return try StorageReference(parsing: text)
+        return try backend.configuration.reference(parsing: text)
     }
 
     // MARK: - Upload
@@ -863,7 +863,7 @@ extension LocalTransfer {
     /// object's name is refused, never followed or removed.
     fileprivate func delete() throws(StorageError) -> TransferOutcome {
         let reference: StorageReference
-        if let parsed { reference = parsed } else { reference = try StorageReference(parsing: spec.destination ?? "") }
+        if let parsed { reference = parsed } else { reference = try backend.configuration.reference(parsing: spec.destination ?? "") }
         let location = try backend.locate(reference, creating: false)
         guard let found = location.directory.entry(location.name) else {
             // An earlier attempt may have removed it and died before its outcome was written

@@ -9,7 +9,13 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
     /// Whether `gcsEndpoint` is an emulator (affects the download-URL host and a few protocol quirks).
     public var usesEmulator: Bool
     /// The host of Firebase download URLs: `https://firebasestorage.googleapis.com`, or the emulator.
-    public var firebaseEndpoint: String
+    public var firebaseEndpoint: String {
+        didSet { firebaseHosts = FirebaseHosts(emulator: firebaseEndpoint) }
+    }
+    /// The hosts whose Firebase-form URLs name `gs://` objects: Firebase's and `firebaseEndpoint`'s. Every
+    /// reference a command running with these settings parses is read with them (`reference(parsing:)`),
+    /// so an emulator named only in a configuration file is recognised as one named in the environment is.
+    public private(set) var firebaseHosts: FirebaseHosts
     /// A bearer token (`GOOGLE_OAUTH_ACCESS_TOKEN`); nil means anonymous or `tokenCommand`.
     public var accessToken: String?
     /// A shell command printing a fresh token (`JOBCTL_TOKEN_COMMAND`), run at start and once on a 401.
@@ -92,6 +98,7 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         self.gcsEndpoint = gcsEndpoint
         self.usesEmulator = usesEmulator
         self.firebaseEndpoint = firebaseEndpoint
+        self.firebaseHosts = FirebaseHosts(emulator: firebaseEndpoint)
         self.accessToken = accessToken
         self.tokenCommand = tokenCommand
         self.googleCredentials = googleCredentials
@@ -415,6 +422,20 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
             throw StorageError(.invalidArgument, problem)
         }
         return endpoint
+    }
+
+    /// The hosts whose Firebase-form URLs name `gs://` objects under the settings in `environment` (the
+    /// process's, a configuration file's values filled in): what a command that parses references without
+    /// the whole storage check (`submit`'s manifests) reads them with. The same as `firebaseHosts` of the
+    /// configuration `check` makes of it whenever the emulator setting is valid.
+    public static func firebaseHosts(in environment: [String: String]) -> FirebaseHosts {
+        FirebaseHosts(emulator: environment["STORAGE_EMULATOR_HOST"])
+    }
+
+    /// `text` parsed as a reference under these settings: a Firebase-form URL on the emulator's host
+    /// names a `gs://` object (`firebaseHosts`).
+    public func reference(parsing text: String) throws(StorageError) -> StorageReference {
+        try StorageReference(parsing: text, firebaseHosts: firebaseHosts)
     }
 
     /// Comma-separated bucket names (or `*`), each checked; blanks around names are ignored.

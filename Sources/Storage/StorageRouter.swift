@@ -9,8 +9,12 @@ public struct StorageRouter: StorageBackend {
     private let http: HTTPBackend
 
     private let leftoverFiles: LeftoverFiles
+    /// The settings' hosts whose Firebase-form URLs are `gs://` objects: a job's reference is routed as
+    /// the backend it goes to reads it.
+    private let firebaseHosts: FirebaseHosts
 
     public init(configuration: StorageConfiguration) {
+        firebaseHosts = configuration.firebaseHosts
         gcs = GCSBackend(configuration: configuration)
         local = LocalBackend(configuration: configuration)
         http = HTTPBackend(configuration: configuration)
@@ -25,7 +29,7 @@ public struct StorageRouter: StorageBackend {
 
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        let reference = try spec.remoteReference()
+        let reference = try spec.remoteReference(firebaseHosts: firebaseHosts)
         switch reference.scheme {
         case .gs: return try await gcs.perform(spec, resumingFrom: resumePoint, control: control, report: report)
         case .file: return try await local.perform(spec, parsed: reference, resumingFrom: resumePoint, control: control, report: report)
@@ -40,7 +44,7 @@ public struct StorageRouter: StorageBackend {
                         completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
         let reference: StorageReference
         do throws(StorageError) {
-            reference = try spec.remoteReference()
+            reference = try spec.remoteReference(firebaseHosts: firebaseHosts)
         } catch {
             completion(.failure(error))
             return

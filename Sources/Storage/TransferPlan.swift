@@ -16,11 +16,12 @@ enum TransferPlan {
     /// Decodes `spec` for a backend serving `schemes`; `expected` names them in the error a reference of
     /// another scheme gets (e.g. "an http(s) URL"). An upload `policy` refuses is refused here, before the
     /// source is opened or any request is sent. `parsed` is `spec.remoteReference()` when the caller
-    /// parsed it already (the router does, to choose the backend), so a job's reference is parsed once.
-    init(_ spec: JobSpec, parsed: StorageReference? = nil, schemes: Set<StorageReference.Scheme>, expected: String,
-         policy: UploadPolicy) throws(StorageError) {
+    /// parsed it already (the router does, to choose the backend), so a job's reference is parsed once;
+    /// otherwise it is parsed here with `firebaseHosts` (the backend's settings').
+    init(_ spec: JobSpec, parsed: StorageReference? = nil, firebaseHosts: FirebaseHosts, schemes: Set<StorageReference.Scheme>,
+         expected: String, policy: UploadPolicy) throws(StorageError) {
         let remote: StorageReference
-        if let parsed { remote = parsed } else { remote = try spec.remoteReference() }
+        if let parsed { remote = parsed } else { remote = try spec.remoteReference(firebaseHosts: firebaseHosts) }
         guard schemes.contains(remote.scheme) else {
             throw StorageError(.invalidArgument, "\(remote) is not \(expected)")
         }
@@ -97,12 +98,13 @@ extension TransferPlan {
 
 extension JobSpec {
     /// The storage side of the job: the destination of an upload, update-metadata or delete, the source of
-    /// everything else.
-    func remoteReference() throws(StorageError) -> StorageReference {
+    /// everything else; a Firebase-form URL on one of `firebaseHosts` (the settings':
+    /// `StorageConfiguration.firebaseHosts`) is a `gs://` object.
+    func remoteReference(firebaseHosts: FirebaseHosts) throws(StorageError) -> StorageReference {
         let role = kind.namesDestinationReference ? "destination" : "source"
         guard let text = kind.namesDestinationReference ? destination : source else {
             throw StorageError(.invalidArgument, "the \(kind.rawValue) job has no \(role) reference")
         }
-        return try StorageReference(parsing: text)
+        return try StorageReference(parsing: text, firebaseHosts: firebaseHosts)
     }
 }

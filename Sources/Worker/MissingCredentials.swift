@@ -25,7 +25,7 @@ public enum MissingCredentials {
         guard storage.sendsGCSRequestsAnonymously,
               let queued = try? store.nextQueuedJobs(limit: scanLimit, specMentioning: "gs:") else { return }
         let waiting = queued.filter { job in
-            (queues.map { $0.contains(job.queue) } ?? true) && job.spec.usesGCS
+            (queues.map { $0.contains(job.queue) } ?? true) && job.spec.usesGCS(under: storage)
         }
         guard !waiting.isEmpty else { return }
         log.noCredentials(queuedJobs: waiting.count, lookedFor: StorageConfiguration.googleCredentialSources, now: now)

@@ -152,6 +152,13 @@ struct ParsedArguments: Sendable {
         filledFromFile.insert(long)
     }
 
+    /// Sets a flag the command line did not give (a configuration file's `true`).
+    mutating func fillFlagIfAbsent(_ long: String) {
+        guard !flags.contains(long) else { return }
+        flags.insert(long)
+        filledFromFile.insert(long)
+    }
+
     /// Every value of a repeatable option, parsed.
     func values<Value>(_ option: Option<Value>) throws -> [Value] {
         try (values[option.spec.long] ?? []).map(option.parse)

@@ -6,6 +6,28 @@ import StorePort
 import Worker
 
 extension Commands {
+    /// What the worker refuses in its metrics settings before it starts (a usage error, exit 64): an
+    /// address that is not loopback without --metrics-allow-remote (or the file's `metrics_allow_remote`),
+    /// since the endpoint has no authentication, and --metrics-allow-remote given without an address.
+    /// `jobctl config` asks it of the configuration file's settings, so the two cannot disagree.
+    static func metricsProblem(_ arguments: ParsedArguments, _ context: Context) throws -> UsageError? {
+        let allowRemote = Options.metricsAllowRemote.spec.long
+        guard let address = try arguments.value(Options.metrics) else {
+            // The file's `metrics_allow_remote: true` asks nothing of a worker that serves no metrics.
+            if arguments[Options.metricsAllowRemote], !arguments.filledFromFile.contains(allowRemote) {
+                return UsageError("--metrics-allow-remote needs --metrics HOST:PORT")
+            }
+            return nil
+        }
+        guard !address.isLoopback, !arguments[Options.metricsAllowRemote] else { return nil }
+        // Named as given: `metrics:` at its place in a configuration file, or --metrics.
+        let named = context.configuration.name(of: Options.metrics.spec, given: arguments)
+        let fromFile = arguments.filledFromFile.contains(Options.metrics.spec.long)
+        return UsageError("\(named) \(address) is not a loopback address and the endpoint has no authentication; "
+                          + "use 127.0.0.1, or add --metrics-allow-remote\(fromFile ? " (metrics_allow_remote: true in the file)" : "") "
+                          + "to serve it on \(address.host) anyway")
+    }
+
     static let worker = CommandSpec(
         name: "worker",
         abstract: "Run jobs: a long-running pool that claims jobs under leases.",
@@ -125,13 +147,7 @@ extension Commands {
         // seconds it is kept to a quarter of the interval, so that the turns it separates still feed it.
         if let pingEveryMs = notifier?.watchdogEveryMs { configuration.errorRestLimitMs = min(configuration.errorRestLimitMs, max(1, pingEveryMs / 2)) }
         let metricsAddress = try arguments.value(Options.metrics)
-        if let metricsAddress, !metricsAddress.isLoopback, !arguments[Options.metricsAllowRemote] {
-            // Named as given: `metrics:` at its place in a configuration file, or --metrics.
-            let named = context.configuration.name(of: Options.metrics.spec, given: arguments)
-            throw UsageError("\(named) \(metricsAddress) is not a loopback address and the endpoint has no authentication; "
-                             + "use 127.0.0.1, or add --metrics-allow-remote to serve it on \(metricsAddress.host) anyway")
-        }
-        if metricsAddress == nil, arguments[Options.metricsAllowRemote] { throw UsageError("--metrics-allow-remote needs --metrics HOST:PORT") }
+        if let problem = try metricsProblem(arguments, context) { throw problem }
         // A worker outlives the reader of its log: when that pipe breaks (a log shipper restarted, `| head`)
         // its lines are dropped and its jobs go on, instead of SIGPIPE ending the process mid-transfer
         // with leases held. The event log is the record; the log lines only tell about it.

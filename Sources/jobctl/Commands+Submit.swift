@@ -84,6 +84,7 @@ extension Commands {
             }
             var parser = ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources])
             parser.nowMs = now
+            parser.firebaseHosts = StorageConfiguration.firebaseHosts(in: context.environment)
             switch parser.parseJobs(data: data, path: displayPath) {
             case .success(let parsed):
                 manifestJobs += parsed

@@ -3,6 +3,7 @@ import JobModel
 import Manifest
 import PostgresStore
 import Storage
+import StorePort
 
 // MARK: - The settings a configuration file may hold
 
@@ -17,6 +18,8 @@ struct Setting: Sendable {
         case environment(String)
         /// Given as this `jobctl worker` option, checked as the flag is.
         case option(OptionSpec)
+        /// This `jobctl worker` flag, set by `true` (`false` leaves it off); no flag turns one off.
+        case flag(OptionSpec)
     }
 
     let key: String
@@ -41,7 +44,7 @@ struct Setting: Sendable {
     var routeName: String {
         switch route {
         case .environment(let variable): variable
-        case .option(let spec): "--\(spec.long)"
+        case .option(let spec), .flag(let spec): "--\(spec.long)"
         }
     }
 
@@ -77,6 +80,16 @@ struct Setting: Sendable {
         return named == message ? "\(key): \(message)" : named
     }
 
+    /// A flag key's value: YAML's `true` or `false` (any case); nil for anything else.
+    static func flagValue(_ values: [String]) -> Bool? {
+        guard values.count == 1 else { return nil }
+        switch values[0].lowercased() {
+        case "true": return true
+        case "false": return false
+        default: return nil
+        }
+    }
+
     /// The keys whose value is a local path (`db` unless a PostgreSQL URL).
     static let pathKeys: Set<String> = ["db", "buckets", "google_application_credentials", "ca_bundle"]
 
@@ -105,6 +118,7 @@ struct Setting: Sendable {
         Setting("min_rate", .environment("JOBCTL_MIN_RATE"), default: "1KiB/s"),
         Setting("log_format", .option(Options.logFormat.spec), default: "text"),
         Setting("metrics", .option(Options.metrics.spec), default: "off"),
+        Setting("metrics_allow_remote", .flag(Options.metricsAllowRemote.spec), default: "false"),
         Setting("bwlimit", .option(Options.bandwidthLimit.spec), default: "unlimited"),
         Setting("chunk_size", .environment("JOBCTL_CHUNK_SIZE"), default: "8MiB"),
         Setting("resumable_threshold", .environment("JOBCTL_RESUMABLE_THRESHOLD"), default: "5MiB"),
@@ -183,6 +197,10 @@ struct Configuration: Sendable {
                             problems.append("\(place): error: \(Setting.optionProblem(message, flag: "--\(spec.long)", key: entry.key))")
                         }
                     }
+                case .flag:
+                    if Setting.flagValue(entry.values) == nil {
+                        problems.append("\(place): error: \(entry.key) must be true or false, not '\(entry.values.joined(separator: ","))'")
+                    }
                 case .environment(let variable):
                     // Its form, as the program reads the variable it stands for, named as the file names it
                     // (what a path names is checked where the worker checks it: `StorageConfiguration.check`).
@@ -239,9 +257,15 @@ struct Configuration: Sendable {
         guard command.name == Commands.worker.name else { return arguments }
         var filled = arguments
         for setting in Setting.all {
-            guard case .option(let spec) = setting.route, let value = fileValues[setting.key],
-                  command.options.contains(where: { $0.long == spec.long }) else { continue }
-            filled.fillIfAbsent(spec.long, value.values)
+            guard let value = fileValues[setting.key] else { continue }
+            switch setting.route {
+            case .option(let spec) where command.options.contains(where: { $0.long == spec.long }):
+                filled.fillIfAbsent(spec.long, value.values)
+            case .flag(let spec) where command.options.contains(where: { $0.long == spec.long }):
+                if Setting.flagValue(value.values) == true { filled.fillFlagIfAbsent(spec.long) }
+            default:
+                continue
+            }
         }
         return filled
     }
@@ -431,33 +455,71 @@ extension Commands {
             return Row(key: setting.key, value: value, source: source, variable: setting.routeName)
         } + proxyRows(processEnvironment).map { Row(key: $0.key, value: $0.value, source: $0.source, variable: $0.key) }
         // A value the worker would refuse is not in effect: it is shown as set, named on standard error
-        // with the worker's own message — found by the check the worker runs at start, so the two cannot
-        // disagree — and the exit status is the worker's (1). A value from the environment is named by its
-        // variable, one from the file by its key and FILE:LINE:COL; no secret is quoted.
-        var problems: [String] = []
+        // with the worker's own message — found by the checks the worker runs at start, so the two cannot
+        // disagree — and the exit status is the one the worker would exit with at the first of them. A
+        // value from the environment is named by its variable, one from the file by its key and
+        // FILE:LINE:COL; no secret is quoted.
+        var problems: [(message: String, status: Int32)] = []
         let answerTimeout = Context.answerTimeoutVariable
         if let set = processEnvironment[answerTimeout], !set.isEmpty, let problem = Setting.formProblem(of: answerTimeout, value: set) {
-            problems.append("jobctl config: $\(answerTimeout): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it")
+            problems.append(("jobctl config: $\(answerTimeout): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it",
+                             ExitCode.failure))
         }
-        let origins = context.settingOrigins
-        for problem in context.storageCheck().problems {
-            let environmentVariable = problem.variables.count == 1 && origins[problem.variables[0]] == .environment ? problem.variables.first : nil
-            problems.append("jobctl config: \(environmentVariable.map { "$\($0): " } ?? "")\(TerminalText.clipped(problem.error.message)); "
-                            + "the worker will not start with it")
+        problems += Commands.workerStartProblems(context).map { problem in
+            ("jobctl config: \(TerminalText.clipped(problem.message)); the worker will not start with it", problem.status)
         }
-        problems = problems.map(TerminalText.printable)
-        let status = problems.isEmpty ? ExitCode.ok : ExitCode.failure
+        let status = problems.first?.status ?? ExitCode.ok
+        let messages = problems.map { TerminalText.printable($0.message) }
         if arguments[Options.json] {
             struct View: Encodable { let files: [String]; let settings: [Row] }
             emit(try jsonText(View(files: configuration.files, settings: rows)))
-            problems.forEach(emitError)
+            messages.forEach(emitError)
             return status
         }
-        let table = rows.map { [$0.key, $0.value, $0.source] }
-        emit(renderTable([TableColumn("SETTING"), TableColumn("VALUE", fit: .elide(minimum: 12), elide: { Elide.end($0, to: $1) }),
-                          TableColumn("SOURCE")], table, width: context.width).text)
+        // Each key with the flag or variable it stands for (`variable` in the JSON), `(--flag)` or
+        // `($VARIABLE)`, under the key when both do not fit on one line (a proxy variable is its own key).
+        // At most 100 columns wide, as help is (a pipe too): cells wrap rather than lose their ends.
+        let indent = "  "
+        let named = rows.map { row -> String in
+            guard row.variable != row.key else { return row.key }
+            return "\(row.key) (\(row.variable.hasPrefix("--") ? row.variable : "$" + row.variable))"
+        }
+        let narrowest = rows.reduce(0) { max($0, visibleWidth($1.key), indent.count + 3 + visibleWidth($1.variable)) }
+        // A value of thousands of characters (a variable set by mistake) is clipped as messages are.
+        let table = zip(named, rows).map { [$0, TerminalText.clipped($1.value), $1.source] }
+        emit(renderTable([TableColumn("SETTING (FLAG OR VARIABLE)", fit: .wrap(minimum: narrowest), wrapIndent: indent),
+                          TableColumn("VALUE", fit: .wrap(minimum: 16)), TableColumn("SOURCE", fit: .wrap(minimum: 16))],
+                         table, width: min(context.width ?? HelpLayout.defaultWidth, HelpLayout.defaultWidth)).text)
         emit(configuration.files.isEmpty ? "no configuration file" : "files: \(configuration.files.joined(separator: ", "))")
-        problems.forEach(emitError)
+        messages.forEach(emitError)
         return status
+    }
+
+    /// What a `jobctl worker` started with these settings and no flags would refuse before it runs a job,
+    /// in the order it checks them, each with the worker's message and exit status: the storage settings
+    /// (`StorageConfiguration.check`, 1), the metrics endpoint (`metricsProblem`, 64), and the database's
+    /// target as far as it can be read without a connection (`databaseTargetProblem`, 64;
+    /// `PostgresStore.checkURL`, 1). The worker flags a configuration file sets are checked as it loads
+    /// (exit 64). No token command is run and no server is contacted.
+    static func workerStartProblems(_ context: Context) -> [(message: String, status: Int32)] {
+        var problems: [(message: String, status: Int32)] = []
+        let origins = context.settingOrigins
+        for problem in context.storageCheck().problems {
+            let environmentVariable = problem.variables.count == 1 && origins[problem.variables[0]] == .environment ? problem.variables.first : nil
+            problems.append(("\(environmentVariable.map { "$\($0): " } ?? "")\(problem.error.message)", ExitCode.failure))
+        }
+        // The worker's arguments as the file fills them in when no flag is given.
+        if let worker = try? context.configuration.arguments(ParsedArguments.parse([], for: Commands.worker), for: Commands.worker),
+           let problem = try? metricsProblem(worker, context) {
+            problems.append((problem.message, ExitCode.usage))
+        }
+        if let problem = context.databaseTargetProblem {
+            problems.append((problem.message, ExitCode.usage))
+        } else if context.usesPostgres {
+            do throws(StoreError) { try PostgresStore.checkURL(context.databasePath) } catch {
+                problems.append(("\(context.databaseName): \(String(describing: error))", ExitCode.failure))
+            }
+        }
+        return problems
     }
 }

@@ -73,6 +73,8 @@ struct Context: Sendable {
     let configuration: Configuration
     /// The environment as the process received it, before the configuration file filled it in.
     let processEnvironment: [String: String]
+    /// Whether `--db` named the database (else `JOBCTL_DB`, the file's `db`, or the default).
+    let databaseGivenByFlag: Bool
 
     init(arguments: ParsedArguments, environment: [String: String] = ProcessInfo.processInfo.environment,
          configuration: Configuration = Configuration(), processEnvironment: [String: String]? = nil) {
@@ -80,6 +82,7 @@ struct Context: Sendable {
         self.configuration = configuration
         self.processEnvironment = processEnvironment ?? environment
         let given = (try? arguments.value(Options.database)) ?? nil
+        databaseGivenByFlag = given != nil
         databasePath = given ?? environment["JOBCTL_DB"].flatMap { $0.isEmpty ? nil : $0 } ?? "jobctl.db"
         stdoutIsTerminal = isatty(STDOUT_FILENO) == 1
         let noColor = environment["NO_COLOR"].map { !$0.isEmpty } ?? false
@@ -148,12 +151,7 @@ struct Context: Sendable {
     /// as the variable says, and as long as the server takes when it is unset.
     func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false, wholeLog: Bool = false,
                    answerTimeoutMs: Int64? = nil) throws -> any JobStore {
-        if isConnectionKeywords(databasePath) {
-            throw UsageError("the database '\(TerminalText.printable(databaseDisplay))' is a libpq key/value connection string; jobctl "
-                                 + "takes PostgreSQL as a URL: postgresql://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=… (key/value "
-                                 + "settings go in its query: ?sslmode=require&application_name=…); an SQLite file of that name is reached as ./NAME")
-        }
-        if let problem = userInformationProblem(databasePath) { throw UsageError("--db: \(problem)") }
+        if let problem = databaseTargetProblem { throw problem }
         if isPostgresURL(databasePath) {
             let timeout = try worker ? answerTimeoutMs
                 : answerTimeoutMs ?? databaseAnswerTimeoutMs(default: wholeLog ? nil : Self.defaultAnswerTimeoutMs)
@@ -167,6 +165,28 @@ struct Context: Sendable {
             ProtectedFiles.protect(localLogFiles, as: "this worker's event log")
         }
         return store
+    }
+
+    /// What every command refuses in the database it was given before opening anything (a usage error):
+    /// a libpq key/value string, which would be taken for an SQLite file's name, and a URL whose user
+    /// information libpq would read otherwise than jobctl. `jobctl config` reports it as the worker would.
+    var databaseTargetProblem: UsageError? {
+        if isConnectionKeywords(databasePath) {
+            return UsageError("the database '\(TerminalText.printable(databaseDisplay))' is a libpq key/value connection string; jobctl "
+                                  + "takes PostgreSQL as a URL: postgresql://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=… (key/value "
+                                  + "settings go in its query: ?sslmode=require&application_name=…); an SQLite file of that name is reached as ./NAME")
+        }
+        if let problem = userInformationProblem(databasePath) { return UsageError("\(databaseName): \(problem)") }
+        return nil
+    }
+
+    /// How a message names the database setting, as it was given: `--db`, `JOBCTL_DB`, or the
+    /// configuration file's `db (FILE:LINE:COL)`.
+    var databaseName: String {
+        if databaseGivenByFlag { return "--db" }
+        if let set = processEnvironment["JOBCTL_DB"], !set.isEmpty { return "JOBCTL_DB" }
+        if let fromFile = configuration.fileValues["db"] { return "db (\(fromFile.source))" }
+        return "--db"
     }
 
     /// The files of the SQLite log this command uses (none for PostgreSQL): what no output of it may

@@ -23,13 +23,16 @@ struct TableColumn {
     var dropRank: Int?
     /// How an `.elide` column's cell is cut to a width (default: in the middle).
     var elide: (String, Int) -> String = { Elide.middle($0, to: $1) }
+    /// What a `.wrap` column's continuation lines start with (a hanging indent: `config`'s variable under its key).
+    var wrapIndent = ""
 
     init(_ header: String, fit: Fit = .fixed, dropRank: Int? = nil, painted: Bool = false,
-         elide: ((String, Int) -> String)? = nil) {
+         elide: ((String, Int) -> String)? = nil, wrapIndent: String = "") {
         self.header = header
         self.fit = fit
         self.dropRank = dropRank
         self.painted = painted
+        self.wrapIndent = wrapIndent
         if let elide { self.elide = elide }
     }
 
@@ -130,7 +133,7 @@ struct TableLayout {
             switch columns[index].fit {
             case .fixed: return [cell]
             case .elide: return [columns[index].elide(cell, width)]
-            case .wrap: return wrap(cell, width: width)
+            case .wrap: return wrap(cell, width: width, indent: columns[index].wrapIndent)
             }
         }
         let height = pieces.map(\.count).max() ?? 1

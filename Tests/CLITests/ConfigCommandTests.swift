@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 import TestSupport
 
@@ -10,6 +13,29 @@ import TestSupport
         var env = ["NO_COLOR": "1", "XDG_CONFIG_HOME": workspace.directory.file("xdg"), "JOBCTL_DB": "", "JOBCTL_CONFIG": ""]
         env.merge(environment) { _, new in new }
         return try runProcess(PackagePaths.jobctlBinary, arguments, environment: env, currentDirectory: workspace.directory.path)
+    }
+
+    /// The text table's cells by key, each cell's wrapped lines joined and its spaces left out (a cell
+    /// wraps at spaces, or within a word longer than its column): setting (key and flag or variable),
+    /// value, source.
+    static func textTable(_ stdout: String) -> [String: [String]] {
+        let lines = stdout.split(separator: "\n").map(String.init)
+        guard let header = lines.first, let value = header.range(of: "VALUE"), let source = header.range(of: "SOURCE") else { return [:] }
+        let starts = [0, header.distance(from: header.startIndex, to: value.lowerBound), header.distance(from: header.startIndex, to: source.lowerBound)]
+        var rows: [[String]] = []
+        for line in lines.dropFirst() where !line.hasPrefix("files: ") && line != "no configuration file" {
+            let cells = starts.indices.map { index in
+                let text = Array(line)
+                let end = index + 1 < starts.count ? min(starts[index + 1], text.count) : text.count
+                return starts[index] < end ? String(text[starts[index]..<end]).replacingOccurrences(of: " ", with: "") : ""
+            }
+            if line.first == " ", !rows.isEmpty {
+                for index in cells.indices { rows[rows.count - 1][index] += cells[index] }
+            } else {
+                rows.append(cells)
+            }
+        }
+        return Dictionary(rows.map { row in (String(row[0].prefix { $0 != "(" }), row) }) { first, _ in first }
     }
 
     static func settings(_ output: ProcessOutput) throws -> [String: [String: String]] {
@@ -252,8 +278,9 @@ import TestSupport
         #expect(settings["HTTP_PROXY"] == nil, "shown only when set")
         let text = try Self.run(workspace, ["config"], environment: environment)
         #expect(text.status == 0, "\(text.stderr)")
-        #expect(text.stdout.contains("https_proxy") && text.stdout.contains("alice:REDACTED@proxy.example"), "\(text.stdout)")
-        #expect(text.stdout.contains("no_proxy") && text.stdout.contains("localhost,.internal"), "\(text.stdout)")
+        let cells = Self.textTable(text.stdout)
+        #expect(cells["https_proxy"]?[1].contains("alice:REDACTED@proxy.example") == true, "\(text.stdout)")
+        #expect(cells["no_proxy"]?[1] == "localhost,.internal", "\(text.stdout)")
         for output in [text.stdout, text.stderr] { #expect(!output.contains("s3cret")) }
     }
 
@@ -312,7 +339,8 @@ import TestSupport
         let json = try Self.run(workspace, ["config", "--json"], environment: environment)
         #expect(try Self.settings(json)["storage_emulator_host"]?["value"] == shown, "\(json.stdout)")
         let text = try Self.run(workspace, ["config"], environment: environment)
-        #expect(text.stdout.contains(shown) && text.stderr.contains("not '\(shown)'"), "\(text.stdout)\(text.stderr)")
+        #expect(Self.textTable(text.stdout)["storage_emulator_host"]?[1] == shown && text.stderr.contains("not '\(shown)'"),
+                "\(text.stdout)\(text.stderr)")
         let worker = try Self.run(workspace, ["worker", "--drain"], environment: environment)
         #expect(worker.status == 64 || worker.status == 1, "\(worker.stderr)")
         #expect(worker.stderr.contains("not '\(shown)'"), "\(worker.stderr)")
@@ -375,7 +403,9 @@ import TestSupport
         for url in ["postgres://u:SECRET123#x@127.0.0.1:1/db", "postgres://u:SECRET123?x@127.0.0.1:1/db",
                     "postgresql://u:SECRET123/x@127.0.0.1:1/db"] {
             let shown = try Self.run(workspace, ["--db", url, "config"])
-            #expect(shown.status == 0 && shown.stdout.contains("REDACTED"), "\(url): \(shown.stdout) \(shown.stderr)")
+            // A raw '/' before the '@' is refused by every command that opens the database: `config` says so too.
+            let refused = url.contains("/x@")
+            #expect(shown.status == (refused ? 64 : 0) && shown.stdout.contains("REDACTED"), "\(url): \(shown.stdout) \(shown.stderr)")
             #expect(!shown.stdout.contains("SECRET123") && !shown.stderr.contains("SECRET123"), "\(url): \(shown.stdout)")
             let json = try Self.run(workspace, ["--db", url, "config", "--json"])
             #expect(!json.stdout.contains("SECRET123"), "\(url): \(json.stdout)")
@@ -420,6 +450,7 @@ import TestSupport
             ("bwlimit: fast\n", "1:10: error: bwlimit"),
             ("log_format: xml\n", "1:13: error: log_format expects text or json"),
             ("metrics: '127.0.0.1:99999'\n", "1:10: error: metrics port 99999 is out of range"),
+            ("metrics_allow_remote: yes\n", "1:23: error: metrics_allow_remote must be true or false, not 'yes'"),
           ])
     func malformed(text: String, message: String) throws {
         let workspace = try CLIWorkspace("configbad")
@@ -612,6 +643,110 @@ import TestSupport
         for key in keys { #expect(remedy.stdout.contains(key), "`jobctl \(quoted.1)` does not name \(key)") }
     }
 
+    /// The text table named no key's flag or variable: only `--json` did (`variable`), though the README
+    /// says each key "stands for the flag or variable `jobctl config` names beside it". Each key now shows
+    /// it, `(--flag)` or `($VARIABLE)`, and the table keeps within 100 columns (a terminal's width when
+    /// narrower), long values wrapped whole rather than cut.
+    @Test("the text table names each key's flag or variable, within 100 columns, values whole")
+    func textNamesFlagOrVariable() throws {
+        let workspace = try CLIWorkspace("config-text")
+        defer { workspace.directory.remove() }
+        let url = "postgres://jobs:S3CR3T@127.0.0.1:5432/a-database-with-a-long-name?sslmode=disable&application_name=nightly-copies"
+        let file = try workspace.write("xdg/jobctl/config.yaml", "db: '\(url)'\nconcurrency: 12\nmetrics_allow_remote: false\n")
+        let json = try Self.settings(try Self.run(workspace, ["config", "--json"]))
+        for columns in ["", "300", "72"] {
+            let text = try Self.run(workspace, ["config"], environment: ["COLUMNS": columns])
+            #expect(text.status == 0, "\(text.stderr)")
+            let limit = columns == "72" ? 72 : 100
+            let lines = text.stdout.split(separator: "\n")
+            #expect(lines.first?.hasPrefix("SETTING (FLAG OR VARIABLE)") == true, "\(text.stdout)")
+            for line in lines { #expect(line.count <= limit, "COLUMNS=\(columns): \(line.count) columns: \(line)") }
+            let cells = Self.textTable(text.stdout)
+            #expect(cells.count == json.count, "\(cells.keys.sorted()) vs \(json.keys.sorted())")
+            for (key, row) in json {
+                let variable = try #require(row["variable"])
+                let named = variable == key ? key : "\(key)(\(variable.hasPrefix("--") ? variable : "$" + variable))"
+                #expect(cells[key]?[0] == named, "COLUMNS=\(columns): \(key) is shown as \(cells[key]?[0] ?? "nothing"), not \(named)")
+                #expect(cells[key]?[1] == row["value"]?.replacingOccurrences(of: " ", with: ""), "COLUMNS=\(columns): \(key)'s value")
+            }
+            #expect(cells["db"]?[0] == "db($JOBCTL_DB)" && cells["concurrency"]?[0] == "concurrency(--concurrency)"
+                        && cells["metrics_allow_remote"]?[0] == "metrics_allow_remote(--metrics-allow-remote)"
+                        && cells["google_application_credentials"]?[0] == "google_application_credentials($GOOGLE_APPLICATION_CREDENTIALS)")
+            #expect(cells["db"]?[2] == "\(file):1:5" && cells["lease"]?[2] == "default", "\(text.stdout)")
+            #expect(!text.stdout.contains("S3CR3T"))
+        }
+    }
+
+    /// `config` ran the worker's storage check but none of its other refusals at start: a `metrics:`
+    /// address that is not loopback (the endpoint has no authentication), a PostgreSQL URL with a raw `@`
+    /// in its password, one libpq cannot read (`?sslmod=`), a libpq key/value string. Each is named now
+    /// with the worker's message and exit status, the file's key at FILE:LINE:COL, without contacting
+    /// the database's server or printing its password.
+    @Test("config refuses the metrics address and the database URL the worker refuses at start, with its message and status",
+          arguments: [
+            ("metrics", "metrics: 0.0.0.0:9464\n", 64, "metrics (FILE:1:10) 0.0.0.0:9464 is not a loopback address and the endpoint has no authentication"),
+            ("raw-at", "db: postgres://jobs:p@ss@127.0.0.1:PORT/jobs\n", 64, "db (FILE:1:5): the PostgreSQL URL holds a raw '@' or '/' before its last '@'"),
+            ("unknown-parameter", "db: 'postgres://jobs:S3CR3T@127.0.0.1:PORT/jobs?sslmod=require'\n", 1,
+             "db (FILE:1:5): cannot connect to PostgreSQL at postgres://jobs:REDACTED@127.0.0.1:PORT/jobs?sslmod=require: invalid URI query parameter"),
+            // From the environment: a file's key/value string is refused as a relative path when the file is read.
+            ("keywords", "JOBCTL_DB=host=127.0.0.1 port=PORT password=S3CR3T dbname=jobs", 64, "is a libpq key/value connection string"),
+          ])
+    func workerRefusalsBeyondStorage(_ label: String, _ text: String, _ status: Int32, _ expected: String) throws {
+        let workspace = try CLIWorkspace("config-worker-\(label)")
+        defer { workspace.directory.remove() }
+        let listener = try PendingConnections()
+        defer { listener.close() }
+        let setting = text.replacingOccurrences(of: "PORT", with: "\(listener.port)")
+        let fromEnvironment = setting.hasPrefix("JOBCTL_DB=")
+        let file = try workspace.write("c.yaml", fromEnvironment ? "concurrency: 1\n" : setting)
+        let message = expected.replacingOccurrences(of: "FILE", with: file).replacingOccurrences(of: "PORT", with: "\(listener.port)")
+        var environment = ["HOME": workspace.directory.path]
+        if fromEnvironment { environment["JOBCTL_DB"] = String(setting.dropFirst("JOBCTL_DB=".count)) }
+        for arguments in [["config"], ["config", "--json"]] {
+            let config = try Self.run(workspace, ["--config", file] + arguments, environment: environment)
+            #expect(config.status == status, "\(arguments): \(config.stderr)")
+            #expect(config.stderr.contains("jobctl config: ") && config.stderr.contains(message)
+                        && config.stderr.contains("the worker will not start with it"), "\(arguments): \(config.stderr)")
+            #expect(!(config.stdout + config.stderr).contains("S3CR3T") && !config.stderr.contains("ss@"), "\(config.stdout)\(config.stderr)")
+        }
+        #expect(listener.pending == 0, "config connected to the database's server")
+        // The worker refuses the same, with the same message and status.
+        let worker = try Self.run(workspace, ["--config", file, "worker", "--drain"], environment: environment)
+        #expect(worker.status == status && worker.stderr.contains(message.replacingOccurrences(of: "db (\(file):1:5): ", with: "")),
+                "\(worker.stderr)")
+        #expect(!worker.stderr.contains("S3CR3T"), "\(worker.stderr)")
+    }
+
+    /// The file may allow a remote metrics address as the flag does (`metrics_allow_remote: true`), and
+    /// `config` then accepts it; a reachable-looking PostgreSQL URL is accepted unread by the server.
+    @Test("metrics_allow_remote in the file lets a remote metrics address pass; a well-formed URL passes without a connection")
+    func acceptedWithoutAConnection() throws {
+        let workspace = try CLIWorkspace("config-worker-accepted")
+        defer { workspace.directory.remove() }
+        let listener = try PendingConnections()
+        defer { listener.close() }
+        let file = try workspace.write("c.yaml", """
+            metrics: 0.0.0.0:9464
+            metrics_allow_remote: true
+            db: 'postgres://jobs:S3CR3T@127.0.0.1:\(listener.port)/jobs?sslmode=disable&application_name=x'
+            """)
+        let config = try Self.run(workspace, ["--config", file, "config", "--json"], environment: ["HOME": workspace.directory.path])
+        #expect(config.status == 0 && config.stderr.isEmpty, "\(config.stderr)")
+        let settings = try Self.settings(config)
+        #expect(settings["metrics_allow_remote"]?["value"] == "true" && settings["metrics_allow_remote"]?["variable"] == "--metrics-allow-remote"
+                    && settings["metrics_allow_remote"]?["source"] == "\(file):2:23", "\(settings["metrics_allow_remote"] ?? [:])")
+        #expect(listener.pending == 0, "config connected to the database's server")
+        // Without `metrics:`, the file's `metrics_allow_remote: true` asks nothing of a worker (the flag alone is refused, as before).
+        let allowOnly = try workspace.write("a.yaml", "metrics_allow_remote: true\n")
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file:///\(workspace.directory.file("x.txt"))\"}\n")
+        let worker = try Self.run(workspace, ["--config", allowOnly, "--db", workspace.database, "worker", "--drain"])
+        #expect(worker.status == 0, "\(worker.stderr)")
+        let flagOnly = try Self.run(workspace, ["--config", allowOnly, "--db", workspace.database, "worker", "--drain", "--metrics-allow-remote"])
+        #expect(flagOnly.status == 64 && flagOnly.stderr.contains("--metrics-allow-remote needs --metrics HOST:PORT"), "\(flagOnly.stderr)")
+        let bare = try Self.run(workspace, ["--db", workspace.database, "worker", "--drain", "--metrics-allow-remote"])
+        #expect(bare.status == 64 && bare.stderr.contains("--metrics-allow-remote needs --metrics HOST:PORT"), "\(bare.stderr)")
+    }
+
     /// README's "Configuration file" section lists the keys; `jobctl config` knows the real ones.
     @Test("README's list of configuration keys is the list jobctl reads")
     func readmeListsEveryKey() throws {
@@ -629,4 +764,42 @@ import TestSupport
         let listed = Set(readme[paragraph..<listEnd].matches(of: /`([a-z_]+)`/).map { String($0.1) })
         #expect(listed == known, "README lists \(listed.subtracting(known).sorted()) that jobctl lacks, and lacks \(known.subtracting(listed).sorted())")
     }
+}
+
+/// A socket listening on a free port of 127.0.0.1 that accepts nothing: a client that connects waits in
+/// its backlog, so `pending` says whether anything connected (a command that must contact no server).
+final class PendingConnections {
+    let socket: Int32
+    let port: Int
+
+    init() throws {
+        let listening = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listening, $0, length) == 0 && getsockname(listening, $0, &length) == 0 }
+        }
+        guard bound, listen(listening, 16) == 0 else {
+            Glibc.close(listening)
+            throw CLITestError("cannot listen on 127.0.0.1: errno \(errno)")
+        }
+        _ = fcntl(listening, F_SETFL, fcntl(listening, F_GETFL) | O_NONBLOCK)
+        socket = listening
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// The connections made to it so far (each taken and closed).
+    var pending: Int {
+        var count = 0
+        while true {
+            let connection = accept(socket, nil, nil)
+            guard connection >= 0 else { return count }
+            Glibc.close(connection)
+            count += 1
+        }
+    }
+
+    func close() { Glibc.close(socket) }
 }

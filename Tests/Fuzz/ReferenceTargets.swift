@@ -18,7 +18,7 @@ let referenceTarget = FuzzTarget(
         let parts = input.parts
         let text = parts[0]
         let other = parts.count > 1 ? parts[1] : "a/b.txt"
-        for hosts: Set<String> in [StorageReference.firebaseHosts, ["127.0.0.1:9199", "localhost"]] {
+        for hosts: FirebaseHosts in [.firebase, ["127.0.0.1:9199", "localhost"]] {
             guard let reference = try? StorageReference(parsing: text, firebaseHosts: hosts) else { continue }
             let written = reference.description
             let again: StorageReference
@@ -38,7 +38,7 @@ let referenceTarget = FuzzTarget(
             _ = UploadPolicy.entry(other, covers: reference)
             _ = ContentTypes.infer(path: reference.fullPath)
         }
-        _ = try? ManifestReader.submittedReference(text)
+        _ = try? ManifestReader(file: "fuzz", source: SourceText(""), baseDirectory: nil, firebaseHosts: ["127.0.0.1:9199"]).submittedReference(text)
         if let decoded = try? StorageReference.percentDecode(text) {
             let encoded = StorageReference.percentEncode(decoded, keepSlash: true)
             expect((try? StorageReference.percentDecode(encoded)) == decoded, "percent coding of '\(decoded)' does not read back")

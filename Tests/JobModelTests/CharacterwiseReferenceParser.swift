@@ -53,7 +53,7 @@ enum CharacterwiseReferenceParser {
         try checkHost(host, in: original)
         let segments = rawPath.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         // Firebase form: /v0/b/BUCKET/o/ENCODED_PATH on Firebase's host or the emulator's.
-        if segments.count >= 2, segments[0] == "v0", segments[1] == "b", StorageReference.firebaseHosts.contains(host.lowercased()) {
+        if segments.count >= 2, segments[0] == "v0", segments[1] == "b", FirebaseHosts.firebase.contains(host) {
             // Read the bucket from the raw path: collapsing `//` would turn `/v0/b//o/x` into bucket `o`.
             let afterPrefix = rawPath.hasPrefix("/v0/b/") ? rawPath.dropFirst("/v0/b/".count) : ""
             guard segments.count >= 3, let first = afterPrefix.first, first != "/" else {

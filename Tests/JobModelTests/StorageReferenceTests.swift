@@ -156,12 +156,14 @@ private let referenceCases: [ReferenceCase] = [
 /// `STORAGE_EMULATOR_HOST` names; a pasted emulator URL read as `gs://` on any host was sent to Google.
 @Suite struct FirebaseHostTests {
     @Test func theEmulatorsHostReadsAsGS() throws {
-        let hosts: Set<String> = ["firebasestorage.googleapis.com", "127.0.0.1:9199"]
+        let hosts = FirebaseHosts(emulator: "http://127.0.0.1:9199/")
         let emulator = try StorageReference(parsing: "http://127.0.0.1:9199/v0/b/demo/o/a%2Fb.txt?alt=media", firebaseHosts: hosts)
         #expect(emulator.description == "gs://demo/a/b.txt")
         let other = try StorageReference(parsing: "http://127.0.0.1:9200/v0/b/demo/o/a%2Fb.txt", firebaseHosts: hosts)
         #expect(other.scheme == .http && other.bucket == "127.0.0.1:9200")
-        #expect(StorageReference.firebaseHosts.contains("firebasestorage.googleapis.com"))
+        #expect(hosts.contains("FirebaseStorage.googleapis.com") && FirebaseHosts.firebase.contains("firebasestorage.googleapis.com"))
+        // Without the settings' hosts a parse reads Firebase's own host only, whatever the process's environment says.
+        #expect(try StorageReference(parsing: "http://127.0.0.1:9199/v0/b/demo/o/a%2Fb.txt").scheme == .http)
     }
 }
 
