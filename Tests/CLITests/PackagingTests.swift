@@ -69,10 +69,14 @@ struct PackagingTests {
         let configuration = directory.file("config.yaml")
         try "db: \(directory.file("operators.db"))\n".write(toFile: configuration, atomically: true, encoding: .utf8)
         environment["JOBCTL_CONFIG"] = configuration
-        let shown = try runProcess(PackagePaths.jobctlBinary, ["config"], environment: environment, currentDirectory: directory.path)
+        // --json: the table wraps a long value (a temporary folder's path) over lines.
+        let shown = try runProcess(PackagePaths.jobctlBinary, ["config", "--json"], environment: environment, currentDirectory: directory.path)
         try #require(shown.status == 0, "\(shown.stderr)")
-        let database = try #require(shown.stdout.split(separator: "\n").first { $0.hasPrefix("db") }, "\(shown.stdout)")
-        #expect(database.contains(directory.file("operators.db")) && database.contains("config.yaml"), "\(database)")
+        let settings = try #require((try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])?["settings"]
+            as? [[String: Any]], "\(shown.stdout)")
+        let database = try #require(settings.first { $0["key"] as? String == "db" }, "\(shown.stdout)")
+        #expect(database["value"] as? String == directory.file("operators.db"), "\(database)")
+        #expect((database["source"] as? String)?.contains("config.yaml") == true, "\(database)")
     }
 
     @Test("make install DESTDIR lays out every file with its mode; make uninstall removes them")

@@ -45,10 +45,13 @@ import TestSupport
         let worker = try workspace.jobctl(["worker", "--drain", "-v"], environment: environment)
         #expect(worker.status == 2, "\(worker.stderr)")
         let shown = try workspace.jobctl(["show", "--json", try #require(ids.first)])
+        // --json: the table wraps a long value over lines; both forms are checked for the password below.
         let config = try workspace.jobctl(["config"], environment: environment)
-        #expect(config.stdout.contains("http://carol:REDACTED@\(deadProxy.hostAndPort)"), "\(config.stdout)")
+        let configJSON = try workspace.jobctl(["config", "--json"], environment: environment)
+        #expect(configJSON.stdout.contains("http:\\/\\/carol:REDACTED@\(deadProxy.hostAndPort)")
+                    || configJSON.stdout.contains("http://carol:REDACTED@\(deadProxy.hostAndPort)"), "\(configJSON.stdout)")
         #expect(worker.stderr.contains("the proxy http://carol:REDACTED@"), "\(worker.stderr)")
-        for output in [worker.stdout, worker.stderr, shown.stdout, shown.stderr, config.stdout, config.stderr] {
+        for output in [worker.stdout, worker.stderr, shown.stdout, shown.stderr, config.stdout, config.stderr, configJSON.stdout] {
             #expect(!output.contains("xy-s3cr3t"), "\(output)")
         }
     }

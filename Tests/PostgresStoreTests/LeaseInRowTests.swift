@@ -184,7 +184,8 @@ struct LeaseInRowTests {
             INSERT INTO leases (job_id, owner, token, expires_at_ms)
             VALUES ('running-leased', 'w', 7, 5000), ('running-other-token', 'w', 8, 6000), ('queued', 'w', 9, 7000)
             """)
-        #expect(try PostgresMigrator.migrate(connection, now: 2_000).contains(11))
+        // Up to 11 only: these rows have no events, and a later migration rebuilds the projection from the log.
+        #expect(try PostgresMigrator.migrate(connection, now: 2_000, migrations: PostgresMigrator.all.filter { $0.version <= 11 }).contains(11))
         let expiries = try connection.query("SELECT id, coalesce(lease_expires_at_ms, -1) FROM jobs ORDER BY id") {
             (row) throws(PostgresError) in "\(try row.text(0))=\(try row.int64(1))"
         }
