@@ -34,7 +34,9 @@ extension EventStore {
     /// (`PRAGMA quick_check` and its counts, through a connection of its own), linked to `destination`
     /// (which fails if anything appeared there meanwhile: nothing is ever replaced) and its folder synced.
     /// Any failure removes the hidden file (and the journal SQLite wrote beside it); `destination` then
-    /// does not exist.
+    /// does not exist. A run killed part way leaves them: the next backup of that name removes them (a
+    /// dead process's, by the process id in the name). A log whose group this user may not give the copy
+    /// gets no group bits on it.
     ///
     /// See https://www.sqlite.org/lang_vacuum.html#vacuuminto
     public func backup(to destination: String) throws(StoreError) -> BackupSummary {
@@ -56,7 +58,10 @@ extension EventStore {
         let folder = SlashSeparatedPath.directory(of: destination)
         // `VACUUM INTO` takes a file name as SQLite does: a relative `file:x` would be read as a URI.
         let prefix = folder.hasPrefix("/") ? folder : folder.hasPrefix("./") || folder == "." ? folder : "./" + folder
-        let temporary = (prefix == "/" ? "" : prefix) + "/" + HiddenName.make(String(name), suffix: ".\(getpid()).jobctl-backup")
+        // Made as if it ended in SQLite's `-journal`, so that the journal's name fits NAME_MAX too.
+        let hidden = HiddenName.make(String(name), suffix: ".\(getpid())\(Self.temporarySuffix)\(Self.journalSuffix)").dropLast(Self.journalSuffix.count)
+        let temporary = (prefix == "/" ? "" : prefix) + "/" + hidden
+        Self.removeDeadRunsCopies(of: String(name), in: prefix, exactly: temporary)
         var source = stat()
         guard stat(path, &source) == 0 else {
             throw StoreError.io("cannot read '\(TerminalText.printable(path))': \(String(cString: strerror(errno)))")
@@ -66,6 +71,8 @@ extension EventStore {
             let code = errno
             let reason = "cannot create '\(shown)': \(String(cString: strerror(code)))"
             switch code {
+            case EEXIST: throw StoreError.unusablePath("cannot create the backup's hidden copy '\(TerminalText.printable(temporary))': "
+                                                       + "something else is there; remove it, or give the backup another name")
             case ENOENT, ENOTDIR: throw StoreError.unusablePath(reason + "; the folder '\(TerminalText.printable(folder))' does not exist")
             case EACCES, EPERM, EROFS: throw StoreError.unusablePath(reason + "; choose a folder this user may write")
             default: throw StoreError.io(reason + "; check the folder and free space")
@@ -80,7 +87,10 @@ extension EventStore {
         // The database's group where this user may give it (a group-shared log), then its bits: never
         // wider than the log's, and never executable.
         _ = fchown(descriptor, uid_t.max, source.st_gid)
-        _ = fchmod(descriptor, source.st_mode & 0o666)
+        var made = stat()
+        // A group this user may not give the copy: the log's group bits would open it to another group.
+        let sameGroup = fstat(descriptor, &made) == 0 && made.st_gid == source.st_gid
+        _ = fchmod(descriptor, source.st_mode & (sameGroup ? 0o666 : 0o606))
         close(descriptor)
 
         do {
@@ -98,7 +108,7 @@ extension EventStore {
             throw StoreError.unusablePath("cannot write the backup '\(shown)': \(reason); nothing was kept: check the free space and "
                                           + "permissions of '\(TerminalText.printable(folder))'")
         }
-        try Self.syncFile(temporary)
+        try Self.sync(temporary)
         let summary = try Self.checkCopy(temporary, shownAs: destination)
         guard link(temporary, destination) == 0 else {
             let code = errno
@@ -110,9 +120,33 @@ extension EventStore {
         }
         linked = true
         unlink(temporary)
-        try Self.syncFolder(folder)
+        try Self.sync(folder, folder: true)
         return BackupSummary(path: destination, size: summary.size, jobs: summary.jobs, events: summary.events,
                              schemaVersion: summary.schemaVersion)
+    }
+
+    /// What a backup's hidden copy is named with, after `.NAME.PID`; SQLite's journal of it adds `-journal`.
+    static let temporarySuffix = ".jobctl-backup"
+    static let journalSuffix = "-journal"
+
+    /// Removes the hidden copies (and their journals) of `name` in `folder` that runs killed part way
+    /// left (a backup's own `SIGINT`, `SIGTERM` or `SIGKILL`): those of processes no longer alive on this
+    /// machine, and `exactly`, this run's own name, which only a dead earlier run of this process's id can
+    /// have left. A name shortened to fit (a digest in place of its end) is found only as `exactly`.
+    static func removeDeadRunsCopies(of name: String, in folder: String, exactly: String) {
+        unlink(exactly)
+        unlink(exactly + journalSuffix)
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return }
+        let start = "." + name + "."
+        for entry in entries where entry.hasPrefix(start) {
+            var rest = entry.dropFirst(start.count)
+            if rest.hasSuffix(journalSuffix) { rest = rest.dropLast(journalSuffix.count) }
+            guard rest.hasSuffix(temporarySuffix) else { continue }
+            let digits = rest.dropLast(temporarySuffix.count)
+            guard !digits.isEmpty, digits.allSatisfy({ ("0"..."9").contains($0) }), let pid = pid_t(digits),
+                  pid > 0, kill(pid, 0) != 0, errno == ESRCH else { continue }
+            unlink((folder == "/" ? "" : folder) + "/" + entry)
+        }
     }
 
     /// Reads the finished copy back through its own connection: the file must pass `quick_check`, and
@@ -142,22 +176,14 @@ extension EventStore {
         return one.st_dev == two.st_dev && one.st_ino == two.st_ino
     }
 
-    private static func syncFile(_ path: String) throws(StoreError) {
-        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+    /// Syncs the copy (`O_NOFOLLOW`: the hidden file made above) or, with `folder`, the directory that
+    /// names it: see fsync(2), syncing a file does not sync its directory entry.
+    private static func sync(_ path: String, folder: Bool = false) throws(StoreError) {
+        let descriptor = open(path, (folder ? O_DIRECTORY : O_NOFOLLOW) | O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw StoreError.io("cannot open '\(TerminalText.printable(path))' to sync it: \(String(cString: strerror(errno)))") }
         defer { close(descriptor) }
         guard fsync(descriptor) == 0 else {
-            throw StoreError.io("cannot sync the backup to disk: \(String(cString: strerror(errno))); check the disk and free space")
-        }
-    }
-
-    /// Makes the new name durable. See fsync(2): syncing a file does not sync its directory entry.
-    private static func syncFolder(_ folder: String) throws(StoreError) {
-        let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw StoreError.io("cannot open '\(TerminalText.printable(folder))' to sync it: \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
-        guard fsync(descriptor) == 0 else {
-            throw StoreError.io("cannot sync '\(TerminalText.printable(folder))': \(String(cString: strerror(errno)))")
+            throw StoreError.io("cannot sync '\(TerminalText.printable(path))' to disk: \(String(cString: strerror(errno))); check the disk and free space")
         }
     }
 }

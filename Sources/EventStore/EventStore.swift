@@ -30,6 +30,9 @@ public final class EventStore: JobStore, @unchecked Sendable {
         /// Reads only: never writes, never migrates, never switches the journal mode, never creates a
         /// file. Works on read-only media (see `init(path:mode:busyTimeoutMs:)`).
         case readOnly
+        /// As `readOnly`, and a schema older than this jobctl's is opened too, never migrated: for a copy of
+        /// the whole file (`backup(to:)`, a backup before an upgrade), which no other query may run on.
+        case copying
         /// Reads and writes an existing jobctl database, applying pending migrations. A missing file
         /// is refused (`StoreError.noDatabase`): a mistyped path must not become a new, empty queue.
         case readWrite
@@ -43,7 +46,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// How the store was opened.
     public let mode: OpenMode
     /// Whether the store was opened read-only (list, show, history, watch, audit, replay --verify).
-    public var isReadOnly: Bool { mode == .readOnly }
+    public var isReadOnly: Bool { mode == .readOnly || mode == .copying }
     /// Whether a read-only open had to fall back to SQLite's `immutable=1` (read-only media without a
     /// `-shm` file): the store then reads the main file as it was and sees no later commits.
     public let isImmutable: Bool
@@ -192,7 +195,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         }
         let connection: SQLiteConnection
         var immutable = false
-        if mode == .readOnly {
+        if mode == .readOnly || mode == .copying {
             (connection, immutable) = try Self.openForReading(path, busyTimeoutMs: busyTimeoutMs)
         } else {
             connection = try Self.openForWriting(path, busyTimeoutMs: busyTimeoutMs)
@@ -211,7 +214,9 @@ public final class EventStore: JobStore, @unchecked Sendable {
         if applied.isEmpty {
             try Self.refuseNonDatabase(path, connection, creating: mode == .create)
         }
-        if mode == .readOnly {
+        if mode == .copying {
+            self.appliedMigrations = []
+        } else if mode == .readOnly {
             let found = applied.max() ?? 0
             if found < Migrator.latestVersion {
                 // Not "run migrate" while another process is migrating it.
@@ -230,13 +235,14 @@ public final class EventStore: JobStore, @unchecked Sendable {
             // From here on every write transaction syncs the WAL itself, after COMMIT (see `WALSync`).
             try connection.execute("PRAGMA synchronous = NORMAL")
         }
-        let walSync = mode == .readOnly ? nil : WALSync(databasePath: path)
+        let reads = mode == .readOnly || mode == .copying
+        let walSync = reads ? nil : WALSync(databasePath: path)
         self.walSync = walSync
         connection.lockWaitCap = lockWaitCap
         self.connection = connection
         self.busyTimeoutNs = UInt64(max(0, busyTimeoutMs)) * 1_000_000
         // Only writers take it, so only they create it (after the checks above refused what they refuse).
-        self.writerLock = mode == .readOnly ? nil : try WriterLock.openOrCreate(forDatabase: path)
+        self.writerLock = reads ? nil : try WriterLock.openOrCreate(forDatabase: path)
         // The executor's group commit calls back into the store; the store owns the executor, so the
         // reference back is weak (set once, below, before any call can reach the executor).
         let owner = Mutex<WeakStore>(WeakStore())
@@ -275,7 +281,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
     /// short as before. Once; no effect on a read-only open. The lengths, in WAL pages, are for tests.
     public func checkpointInBackground(afterLogPages pages: Int32 = EventStore.backgroundCheckpointPages,
                                        inlineAfterLogPages inline: Int32 = Int32(EventStore.walCheckpointPages)) throws(StoreError) {
-        guard mode != .readOnly, checkpointer.withLock({ $0 == nil }) else { return }
+        guard !isReadOnly, checkpointer.withLock({ $0 == nil }) else { return }
         let started = try BackgroundCheckpointer(path: path, thresholdPages: pages)
         checkpointer.withLock { $0 = started }
         try withConnection { connection in

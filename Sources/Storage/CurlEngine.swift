@@ -366,6 +366,9 @@ private final class CurlExchange: @unchecked Sendable {
     /// Whether a byte of the response's body arrived: header lines after it are the trailer fields of a
     /// chunked body, which libcurl hands to the header callback too.
     private var bodyStarted = false
+    /// A success answer nothing reads (`discardsSuccessBody`) whose body was not read: its status and
+    /// headers are the answer, and the exchange was ended where they ended (see `receiveHeader`).
+    private var answeredAtHeaders = false
     /// Whether the final response's status line is HTTP/1.x (see `HTTPResponse.isHTTP1`).
     private var overHTTP1 = true
     private var body = Data()
@@ -698,7 +701,7 @@ private final class CurlExchange: @unchecked Sendable {
                 return false
             }
         } else if (200..<300).contains(status) {
-            // An answer nothing reads: dropped as it arrives, however large.
+            // An answer nothing reads, known short (`isShortBody`): dropped as it arrives.
             if request.discardsSuccessBody { return true }
             // An answer read into memory: whole, or refused as larger than such an answer can be (before
             // its first byte is kept when its Content-Length says so), never cut (see `answerLimit`).
@@ -840,7 +843,17 @@ private final class CurlExchange: @unchecked Sendable {
         if line.isEmpty {
             guard status != 0 else { return true }
             headersEnded = true
-            return framingAccepted()
+            guard framingAccepted() else { return false }
+            // A success answer nothing reads is the status and headers: its body is read (and dropped) only
+            // when its length says it is short, which keeps the connection for the next request; else the
+            // exchange ends here, as answered. Read to its end, an endless or trickling body held the job
+            // for ever — a bad upload's clean-up DELETE under no job's limits past a cancel and a shutdown,
+            // an upload that had landed failing on its timeout.
+            if request.discardsSuccessBody, (200..<300).contains(status), !Self.isShortBody(status: status, headers) {
+                answeredAtHeaders = true
+                return false
+            }
+            return true
         }
         guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return true }
         // Lowercased straight into the string's storage (a lazily mapped sequence took the slow path that
@@ -859,6 +872,14 @@ private final class CurlExchange: @unchecked Sendable {
             headers[name] = value
         }
         return true
+    }
+
+    /// Whether an answer's body is known short before it is read: none (204), or a `Content-Length` of
+    /// at most `errorBodyLimit` (a chunked or connection-framed body has no length to go by).
+    static func isShortBody(status: Int, _ headers: [String: String]) -> Bool {
+        if status == 204 { return true }
+        guard let length = headers["content-length"].flatMap({ Int64($0) }) else { return false }
+        return length <= Int64(errorBodyLimit)
     }
 
     /// Whether a header line now is a trailer of a chunked answer with no body byte: the final answer's
@@ -963,6 +984,8 @@ private final class CurlExchange: @unchecked Sendable {
 
     /// Turns the finished easy handle into a result and resumes the caller (engine thread).
     func finish(code: CURLcode, cause: String?) {
+        // Ended where a success answer's headers ended, on purpose: the answer is in (see `receiveHeader`).
+        let code = answeredAtHeaders ? CURLE_OK : code
         // Bytes of request written to a connection (its headers at least); 0 when none took it.
         var requestBytes = 0
         if code != CURLE_OK, let easy {

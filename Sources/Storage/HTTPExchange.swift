@@ -28,8 +28,10 @@ struct HTTPRequest: Sendable {
     /// for the requests whose answer jobctl reads only the status and headers of — a plain-HTTP upload's
     /// PUT, a DELETE over HTTP. A server may answer those with a body of any size (a status page, the
     /// upload echoed back); kept up to `answerLimit`, a 201 with 20 MiB failed an upload that had landed
-    /// ("the server's answer was larger than 16 MiB"), and every retry did the same. The exchange's own
-    /// limits (the stall timeout, the minimum rate, the job's timeout) bound how long it is read.
+    /// ("the server's answer was larger than 16 MiB"), and every retry did the same. A body whose
+    /// `Content-Length` says it is short is read and dropped (the connection stays for the next request);
+    /// any other ends the exchange where the headers end, answered: an endless or trickling one held a job
+    /// (or a clean-up DELETE, under no job's limits) for ever.
     var discardsSuccessBody = false
 
     /// What a JSON API answer can legitimately be: a list page of 1,000 full object resources is ~1 MB

@@ -13,7 +13,8 @@ extension Commands {
         A SQLite log is the database file and its -wal file, written at different times: a `cp` of
         them while a worker runs can miss or tear the last transactions. `jobctl backup FILE` writes every
         page of one snapshot (each commit before it, none after) into FILE as one compacted file that
-        needs no -wal beside it, while workers and other commands go on. It only reads the log.
+        needs no -wal beside it, while workers and other commands go on. It only reads the log, and copies
+        one an older jobctl wrote as it is (a backup before an upgrade: the copy is migrated when it is used).
 
         FILE gets the database's permission bits and group (the log holds the URLs its jobs name); it is
         written under a hidden name beside FILE, synced, read back (SQLite's quick_check and its counts)
@@ -28,9 +29,8 @@ extension Commands {
             throw CommandFailure("backup copies an SQLite log; the log '\(context.databaseDisplay)' is PostgreSQL: "
                                  + "back it up with pg_dump (jobctl's tables, or the whole database) or the server's base backups")
         }
-        guard let store = try context.openStore(readOnly: true) as? EventStore else {
-            throw CommandFailure("backup copies an SQLite log, and '\(context.databaseDisplay)' did not open as one")
-        }
+        // Opened to be copied: a log at an older schema too (a backup before an upgrade), never migrated.
+        let store = try EventStore(path: context.databasePath, mode: .copying)
         let written = try store.backup(to: arguments.positionals[0])
         if arguments[Options.json] {
             struct View: Encodable {

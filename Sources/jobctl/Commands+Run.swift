@@ -65,7 +65,7 @@ extension Commands {
         asking for MD5 (checksums: [md5]) downloads in one stream, since MD5 cannot be combined.
 
         Logs go to standard error, one line per job transition: claimed, started or resumed (restarted
-        when a resumed attempt finds the bytes it resumed from unusable and goes on from fewer), paused,
+        when a resumed attempt drops bytes it resumed from: found unusable, or dropped as it ends), paused,
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
         cancelled, lease_lost, released, abandoned, rescued (a dead worker's job taken back: outcome queued, or failed on its
         last attempt, cancelled or paused); and warnings: store_error, write_landed, slow_commit,

@@ -108,6 +108,36 @@ import TestSupport
         #expect(odd.stdout.contains("backed up 1 jobs and 1 events"), "\(odd.stdout)")
     }
 
+    /// A backup killed part way (its own SIGINT, SIGTERM or SIGKILL) left a whole hidden copy behind —
+    /// the log's URLs in it — that nothing removed; one left by a dead process of this process's id made
+    /// the next backup fail "cannot create 'FILE': File exists". The next backup of that name removes the
+    /// copies of processes no longer alive, and keeps a live one's. A name of up to 255 bytes is taken
+    /// (the hidden copy's journal was past NAME_MAX from 228 bytes on).
+    @Test func theNextBackupRemovesWhatKilledRunsLeftAndLongNamesWork() throws {
+        let workspace = try CLIWorkspace("backup-leftovers")
+        defer { workspace.directory.remove() }
+        _ = try workspace.submit("- {kind: upload-data, data: x, destination: \"file://b/x.txt\"}")
+        // The id of a process that has exited.
+        let exited = Process()
+        exited.executableURL = URL(fileURLWithPath: "/bin/true")
+        try exited.run()
+        exited.waitUntilExit()
+        let dead = exited.processIdentifier
+        let left = [".nightly.db.\(dead).jobctl-backup", ".nightly.db.\(dead).jobctl-backup-journal"]
+        let live = ".nightly.db.1.jobctl-backup"
+        for name in left + [live] { try workspace.write(name, "a copy with the log's URLs") }
+        let done = try workspace.jobctl(["backup", "nightly.db"])
+        #expect(done.status == 0, "\(done.stderr)")
+        for name in left { #expect(!FileManager.default.fileExists(atPath: workspace.directory.file(name)), "\(name) is still there") }
+        #expect(FileManager.default.fileExists(atPath: workspace.directory.file(live)), "a live process's copy was removed")
+
+        let long = String(repeating: "b", count: 250) + ".db"
+        let named = try workspace.jobctl(["backup", long])
+        #expect(named.status == 0, "\(named.stderr)")
+        #expect(FileManager.default.fileExists(atPath: workspace.directory.file(long)))
+        #expect(Self.leftovers(in: workspace.directory.path) == [live], "\(Self.leftovers(in: workspace.directory.path))")
+    }
+
     @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
     func aFullDiskIsTheBackupsFailureAndKeepsNothing() throws {
         let workspace = try CLIWorkspace("backup-full")

@@ -22,6 +22,30 @@ import TestSupport
         return workspace
     }
 
+    /// A backup is what one takes before an upgrade: the release's log (schema 2) is copied as it is,
+    /// without migrating it (read-only commands refused it for its older schema), and the copy is then
+    /// migrated and read like the original.
+    @Test("backup copies the release's log at its own schema, unmigrated; the copy then migrates and verifies")
+    func backupBeforeAnUpgrade() throws {
+        let workspace = try CLIWorkspace("cli-release-backup")
+        defer { workspace.directory.remove() }
+        let fixture = "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures/release-1.db"
+        try FileManager.default.copyItem(atPath: fixture, toPath: workspace.database)
+        let before = try Data(contentsOf: URL(fileURLWithPath: workspace.database))
+        let copy = workspace.directory.file("before-upgrade.db")
+        let view = try #require(try workspace.json(["backup", "--json", copy]) as? [String: Any])
+        #expect(view["schema_version"] as? Int == 2 && view["jobs"] as? Int == 16 && view["events"] as? Int == 111, "\(view)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: workspace.database)) == before, "the log itself was changed")
+        let run = { (arguments: [String]) throws -> ProcessOutput in
+            try runProcess(PackagePaths.jobctlBinary, ["--db", copy] + arguments, environment: ["NO_COLOR": "1"])
+        }
+        let migrated = try run(["migrate"])
+        #expect(migrated.status == 0 && migrated.stdout.contains("applied migrations 3, 4"), "\(migrated.stdout)\(migrated.stderr)")
+        let verify = try run(["replay", "--verify"])
+        #expect(verify.status == 0 && verify.stdout.contains("replayed 111 events into 16 jobs: projection matches"),
+                "\(verify.stdout)\(verify.stderr)")
+    }
+
     @Test("replay --verify, list, history, audit and result read it as they read a new one")
     func reads() throws {
         let workspace = try Self.workspace("cli-release-db")

@@ -58,6 +58,35 @@ struct DiscardedAnswerTests {
         #expect(!FileManager.default.fileExists(atPath: server.root + "/doomed.txt"))
     }
 
+    /// A success body with no length to go by (connection-framed here, the connection then held open:
+    /// an endless or trickling answer) was read to its end: an upload that had landed waited for it, and
+    /// a bad upload's clean-up DELETE — under no job's limit — held its job past the job's timeout, a
+    /// cancel and a shutdown. The exchange now ends where such an answer's headers end.
+    @Test("HTTP: an upload answered 200 with an endless body succeeds at once; a bad upload's clean-up DELETE so answered ends")
+    func endlessBodies() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let endless = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nstill going"
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "PUT", pathContains: "/landed.bin"), .respondAsWritten(Data(endless.utf8), seconds: 40)),
+            // A stored hash that is not the bytes': the upload is deleted again, and that DELETE's answer never ends.
+            FaultRule(RequestMatch(method: "PUT", pathContains: "/bad.bin"), .respondAsWritten(Data(
+                "HTTP/1.1 200 OK\r\nx-goog-hash: crc32c=AAAAAA==\r\nContent-Length: 0\r\n\r\n".utf8), seconds: 40)),
+            FaultRule(RequestMatch(method: "DELETE", pathContains: "/bad.bin"), .respondAsWritten(Data(endless.utf8), seconds: 40)),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let payload = patternData(50_000, seed: 43)
+        let started = ContinuousClock.now
+        let result = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/landed.bin", data: payload)))
+        #expect(result.size == Int64(payload.count))
+        let bad = try failure(await run(backend, JobSpec(kind: .uploadData, destination: "\(proxy.baseURL)/bad.bin", data: payload)))
+        #expect(bad.code == .nonMatchingChecksum, "\(bad)")
+        #expect(proxy.firedCounts == [1, 1, 1])
+        let elapsed = started.duration(to: .now)
+        #expect(elapsed < .seconds(15), "the two jobs took \(elapsed): the answers' bodies were waited for")
+    }
+
     /// A Cloud Storage delete's answer is read for its status alone (Cloud Storage sends no body): one
     /// with a body is not failed for its size either.
     @Test("GCS: a delete answered 200 with a 20 MiB body succeeds")
