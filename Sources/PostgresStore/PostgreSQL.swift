@@ -354,7 +354,43 @@ final class PostgresConnection {
             for piece in writtenPasswordPieces(target) { message = scrub(message, password: piece) }
             throw PostgresError.connectionFailed(target: redacted, message: message)
         }
-        jobctl_PQconninfoFree(options)
+        defer { jobctl_PQconninfoFree(options) }
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if let value = option.pointee.val, let problem = valueProblem(String(cString: keyword), String(cString: value)) {
+                throw PostgresError.connectionFailed(target: redacted, message: problem)
+            }
+            option += 1
+        }
+    }
+
+    /// What libpq refuses in a parameter's value only when it connects (a port past 65535, an `sslmode`
+    /// it does not know), which `PQconninfoParse` passes: said here, so that `jobctl config` refuses what
+    /// a worker will, before either contacts a server. In libpq's words.
+    ///
+    /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS
+    static func valueProblem(_ keyword: String, _ value: String) -> String? {
+        func integer(_ text: Substring) -> Int? { text.allSatisfy(\.isASCII) ? Int(text.trimmingCharacters(in: .whitespaces)) : nil }
+        switch keyword {
+        case "port":
+            // One for each host, comma-separated; an empty one is the default.
+            for port in value.split(separator: ",", omittingEmptySubsequences: false) where !port.isEmpty {
+                guard let number = integer(port), (1...65_535).contains(number) else { return "invalid port number: \"\(port)\"" }
+            }
+        case "sslmode":
+            guard ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"].contains(value) else {
+                return "invalid sslmode value: \"\(value)\""
+            }
+        case "target_session_attrs":
+            guard ["any", "read-write", "read-only", "primary", "standby", "prefer-standby"].contains(value) else {
+                return "invalid target_session_attrs value: \"\(value)\""
+            }
+        case "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout":
+            guard integer(Substring(value)) != nil else { return "invalid integer value \"\(value)\" for connection option \"\(keyword)\"" }
+        default:
+            break
+        }
+        return nil
     }
 
     /// Connects to `target`: a `postgres://user[:password]@host:port/db?sslmode=…` URL or a libpq

@@ -688,6 +688,11 @@ import TestSupport
             ("raw-at", "db: postgres://jobs:p@ss@127.0.0.1:PORT/jobs\n", 64, "db (FILE:1:5): the PostgreSQL URL holds a raw '@' or '/' before its last '@'"),
             ("unknown-parameter", "db: 'postgres://jobs:S3CR3T@127.0.0.1:PORT/jobs?sslmod=require'\n", 1,
              "db (FILE:1:5): cannot connect to PostgreSQL at postgres://jobs:REDACTED@127.0.0.1:PORT/jobs?sslmod=require: invalid URI query parameter"),
+            // Values libpq refuses only when it connects: refused before a connection by both.
+            ("port", "db: 'postgres://jobs:S3CR3T@127.0.0.1:99999/jobs'\n", 1, "invalid port number: \"99999\""),
+            ("sslmode", "db: 'postgres://jobs:S3CR3T@127.0.0.1:PORT/jobs?sslmode=bogus'\n", 1, "invalid sslmode value: \"bogus\""),
+            ("timeout", "db: 'postgres://jobs:S3CR3T@127.0.0.1:PORT/jobs?connect_timeout=abc'\n", 1,
+             "invalid integer value \"abc\" for connection option \"connect_timeout\""),
             // From the environment: a file's key/value string is refused as a relative path when the file is read.
             ("keywords", "JOBCTL_DB=host=127.0.0.1 port=PORT password=S3CR3T dbname=jobs", 64, "is a libpq key/value connection string"),
           ])
