@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "JobLifecycle", dependencies: ["JobModel"]),
         .target(name: "StorePort", dependencies: ["JobModel", "JobLifecycle", "Checksums"]),
         .target(name: "Checksums", dependencies: ["CCrypto", "CCRC32C"]),
-        .target(name: "EventStore", dependencies: ["CSQLite", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
+        .target(name: "EventStore", dependencies: ["CSQLite", "CFileSystem", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),
         .target(name: "PostgresStore", dependencies: ["CPostgres", "JobModel", "JobLifecycle", "StorePort", "Checksums"],
                 plugins: ["EmbedMigrations"]),

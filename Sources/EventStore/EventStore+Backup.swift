@@ -1,3 +1,4 @@
+import CFileSystem
 import Foundation
 import JobModel
 import StorePort
@@ -110,7 +111,13 @@ extension EventStore {
         }
         try Self.sync(temporary)
         let summary = try Self.checkCopy(temporary, shownAs: destination)
-        guard link(temporary, destination) == 0 else {
+        // A filesystem without hard links (FAT, exFAT, some network mounts) refuses `link`: there the copy
+        // takes the name by a rename that refuses to replace (`RENAME_NOREPLACE`), as safe where it exists.
+        var named = link(temporary, destination) == 0
+        if !named, [EPERM, EOPNOTSUPP, EMLINK].contains(errno) {
+            named = jobctl_rename_noreplace(AT_FDCWD, temporary, destination) == 0
+        }
+        guard named else {
             let code = errno
             if code == EEXIST {
                 throw StoreError.unusablePath("'\(shown)' appeared while the backup was written: a backup never replaces anything; "
@@ -119,7 +126,7 @@ extension EventStore {
             throw StoreError.io("cannot name the backup '\(shown)': \(String(cString: strerror(code)))")
         }
         linked = true
-        unlink(temporary)
+        unlink(temporary)   // a no-op after a rename
         try Self.sync(folder, folder: true)
         return BackupSummary(path: destination, size: summary.size, jobs: summary.jobs, events: summary.events,
                              schemaVersion: summary.schemaVersion)
