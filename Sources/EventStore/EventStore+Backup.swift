@@ -143,16 +143,9 @@ extension EventStore {
     static func removeDeadRunsCopies(of name: String, in folder: String, exactly: String) {
         unlink(exactly)
         unlink(exactly + journalSuffix)
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return }
-        let start = "." + name + "."
-        for entry in entries where entry.hasPrefix(start) {
-            var rest = entry.dropFirst(start.count)
-            if rest.hasSuffix(journalSuffix) { rest = rest.dropLast(journalSuffix.count) }
-            guard rest.hasSuffix(temporarySuffix) else { continue }
-            let digits = rest.dropLast(temporarySuffix.count)
-            guard !digits.isEmpty, digits.allSatisfy({ ("0"..."9").contains($0) }), let pid = pid_t(digits),
-                  pid > 0, kill(pid, 0) != 0, errno == ESRCH else { continue }
-            unlink((folder == "/" ? "" : folder) + "/" + entry)
+        for copy in HiddenName.processTemporaries(of: name, in: folder, suffixes: [temporarySuffix + journalSuffix, temporarySuffix])
+        where copy.pid > 0 && kill(copy.pid, 0) != 0 && errno == ESRCH {
+            unlink(copy.path)
         }
     }
 

@@ -86,6 +86,20 @@ public enum HiddenName {
         forms(name, suffix: suffix).contains { candidate.hasSameUTF8(as: $0) }
     }
 
+    /// The temporaries `.NAME.<pid>SUFFIX` in `folder` that writers of `name` (an archive, a backup) make
+    /// beside it, each with the process id in its name, for whoever removes dead runs' ones. A name long
+    /// enough to be shortened carries a digest in place of its end: not found here.
+    public static func processTemporaries(of name: String, in folder: String, suffixes: [String]) -> [(path: String, pid: Int32)] {
+        let start = "." + name + "."
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        return entries.compactMap { entry in
+            guard entry.hasPrefix(start), let suffix = suffixes.first(where: { entry.hasSuffix($0) }) else { return nil }
+            let digits = entry.dropFirst(start.count).dropLast(suffix.count)
+            guard !digits.isEmpty, digits.count <= 10, digits.allSatisfy({ ("0"..."9").contains($0) }), let pid = Int32(digits) else { return nil }
+            return ((folder == "/" ? "" : folder) + "/" + entry, pid)
+        }
+    }
+
     /// The longest start of `name` (whole Unicode scalars) of at most `bytes` UTF-8 bytes.
     private static func start(of name: String, bytes: Int) -> String {
         var kept = ""

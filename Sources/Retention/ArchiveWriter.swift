@@ -94,14 +94,8 @@ public enum ArchiveWriter {
     public static func removeLeftTemporaries(of path: String) {
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
-        let name = url.lastPathComponent
-        // A name long enough to be shortened carries a digest in place of its end: not looked for.
-        let prefix = "." + name + "."
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
-        for entry in entries where entry.hasPrefix(prefix) && entry.hasSuffix(".partial") {
-            let middle = entry.dropFirst(prefix.count).dropLast(".partial".count)
-            guard !middle.isEmpty, middle.allSatisfy({ ("0"..."9").contains($0) }) else { continue }
-            unlink("\(directory)/\(entry)")
+        for temporary in HiddenName.processTemporaries(of: url.lastPathComponent, in: directory, suffixes: [".partial"]) {
+            unlink(temporary.path)
         }
     }
 
