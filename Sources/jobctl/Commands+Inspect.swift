@@ -157,17 +157,20 @@ extension Commands {
         lines.append(("created", RFC3339.string(job.createdAtMs)))
         if let started = job.startedAtMs { lines.append(("started", RFC3339.string(started))) }
         if let finished = job.finishedAtMs { lines.append(("finished", RFC3339.string(finished))) }
-        if job.state == .queued, job.runAfterMs > Clock.nowMs() {
+        if job.state == .queued || job.state == .paused, job.runAfterMs > Clock.nowMs() {
             // Before its first attempt a job held back is scheduled; after one, it waits for its next try.
+            // A paused job keeps its time through `resume`: said so, or its wait only showed in --json.
             let scheduled = job.attempts == 0 && job.error == nil
-            lines.append((scheduled ? "runs at" : "next try", RFC3339.string(job.runAfterMs)))
+            let once = job.state == .paused ? " (once resumed)" : ""
+            lines.append((scheduled ? "runs at" : "next try", RFC3339.string(job.runAfterMs) + once))
         } else if let scheduled = job.spec.runAfterMs {
             lines.append(("scheduled", RFC3339.string(scheduled)))
         }
         if let error = job.error {
             var text = "\(error.code.name) (\(error.code.rawValue)): \(display.message(error))"
-            if job.retryScheduled {
-                text += "; attempt \(job.attempts.saturatingAdding(1)) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))"
+            if job.retryScheduled || job.pausedRetryWaits {
+                let once = job.state == .paused ? " once resumed" : ""
+                text += "; attempt \(job.attempts.saturatingAdding(1)) of \(job.maxAttempts) at \(RFC3339.string(job.runAfterMs))\(once)"
                 if let cap = RetryPolicy.default.cappedRetryAfterMs(error.retryAfter), let asked = error.retryAfter {
                     let seconds = asked < 1e15 ? "\(Int64(asked.rounded(.up)))" : "\(asked)"
                     text += " (the server's Retry-After of \(seconds) s, capped at \(TimeText.duration(seconds: cap / 1000)))"

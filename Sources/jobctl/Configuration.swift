@@ -460,16 +460,22 @@ extension Commands {
         // value from the environment is named by its variable, one from the file by its key and
         // FILE:LINE:COL; no secret is quoted.
         var problems: [(message: String, status: Int32)] = []
+        var notes: [String] = []
         let answerTimeout = Context.answerTimeoutVariable
         if let set = processEnvironment[answerTimeout], !set.isEmpty, let problem = Setting.formProblem(of: answerTimeout, value: set) {
-            problems.append(("jobctl config: $\(answerTimeout): \(TerminalText.clipped(problem.message)); \(problem.refusedBy) will not start with it",
-                             ExitCode.failure))
+            let said = "jobctl config: $\(answerTimeout): \(TerminalText.clipped(problem.message))"
+            // Only PostgreSQL commands read it: on an SQLite log nothing refuses it, so neither does config.
+            if context.usesPostgres {
+                problems.append(("\(said); \(problem.refusedBy) will not start with it", ExitCode.failure))
+            } else {
+                notes.append("\(said) (not read here: the log is SQLite)")
+            }
         }
         problems += Commands.workerStartProblems(context).map { problem in
             ("jobctl config: \(TerminalText.clipped(problem.message)); the worker will not start with it", problem.status)
         }
         let status = problems.first?.status ?? ExitCode.ok
-        let messages = problems.map { TerminalText.printable($0.message) }
+        let messages = (problems.map(\.message) + notes).map { TerminalText.printable($0) }
         if arguments[Options.json] {
             struct View: Encodable { let files: [String]; let settings: [Row] }
             emit(try jsonText(View(files: configuration.files, settings: rows)))

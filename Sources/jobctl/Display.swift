@@ -164,6 +164,11 @@ extension JobRecord {
     /// Whether the job's error is followed by a scheduled retry.
     var retryScheduled: Bool { state == .queued && error != nil }
 
+    /// A job paused while its retry waited: `resume` keeps that time, so it is shown with the error.
+    var pausedRetryWaits: Bool {
+        state == .paused && error != nil && attempts < maxAttempts && runAfterMs > Clock.nowMs()
+    }
+
     /// What the job reads, for people.
     func sourceText(_ display: Display) -> String {
         if let source = spec.source { return display.location(source) }

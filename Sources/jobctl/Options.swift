@@ -364,7 +364,9 @@ enum TimeInput {
     static func parse(_ text: String, option: String, now: Int64) throws -> Int64 {
         switch DurationInput.read(text, defaultUnitMs: nil) {
         case .milliseconds(let ms) where ms <= longestRelativeMs:
-            return now - ms
+            // Before 1970 no job was submitted: the earliest time, not a negative one that a --json
+            // echo or a query bound would carry (a clock behind, too, stays in range).
+            return min(max(now - ms, earliestMs), latestMs)
         case .milliseconds, .tooLarge:
             throw UsageError("--\(option) \(text) is out of range: a relative time reaches back at most 36500d (100 years)")
         case .invalid:

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import JobModel
 import TestSupport
 
 /// A job's run time survives the controls that re-open it: `retry` (one job, with its dependants, or
@@ -134,6 +135,11 @@ import TestSupport
         #expect(shown.stdout.contains("the server's Retry-After of 86400 s, capped at 1h00m"), "\(shown.stdout)")
 
         #expect(try workspace.jobctl(["pause", id]).status == 0)
+        // While paused, the kept wait is said, not only in --json.
+        let paused = try workspace.jobctl(["show", id])
+        let retryText = RFC3339.string(retryAt)
+        #expect(paused.stdout.contains("next try") && paused.stdout.contains("\(retryText) (once resumed)"), "\(paused.stdout)")
+        #expect(paused.stdout.contains("attempt 2 of 3 at \(retryText) once resumed"), "\(paused.stdout)")
         #expect(try workspace.jobctl(["resume", id]).status == 0)
         let resumed = try job()
         #expect(resumed["state"] as? String == "queued" && (resumed["run_after_ms"] as? NSNumber)?.int64Value == retryAt, "\(resumed)")

@@ -233,6 +233,15 @@ import TestSupport
         }
     }
 
+    /// A relative `--since`/`--until` reaching before 1970 (100 years back from 2026) is 1970, not a
+    /// negative time; within range it is now less the duration.
+    @Test func relativeTimesStayFrom1970() throws {
+        let now = try #require(RFC3339.parse("2026-12-07T00:00:00Z"))
+        #expect(try TimeInput.parse("36500d", option: "since", now: now) == TimeInput.earliestMs)
+        #expect(try TimeInput.parse("1h", option: "until", now: now) == now - 3_600_000)
+        #expect(try TimeInput.parse("1d", option: "since", now: 1_000) == TimeInput.earliestMs)
+    }
+
     /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives
     /// exactly what redaction gives.
     @Test func urlShortcutRedactsAsBefore() {
