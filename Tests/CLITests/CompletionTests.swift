@@ -241,7 +241,8 @@ struct CompletionTests {
         let noFiles = ["jobctl list --queue ", "jobctl list --batch ", "jobctl list --limit ", "jobctl submit --at ",
                        "jobctl archive --before ", "jobctl worker -c ", "jobctl worker --lease ", "jobctl show ", "jobctl cancel "]
         let files = ["jobctl submit ", "jobctl --db ", "jobctl result -o ", "jobctl archive --to ", "jobctl list --config "]
-        var lines = ["jobctl ", "jobctl --", "jobctl list --state ", "jobctl help he"] + noFiles + files
+        var lines = ["jobctl ", "jobctl --", "jobctl list --state ", "jobctl help he", "jobctl archive ", "jobctl archive verify "]
+            + noFiles + files
         for global in globals {
             lines += ["jobctl \(global) x.yaml ", "jobctl \(global) x.yaml list --", "jobctl \(global) "]
         }
@@ -250,6 +251,9 @@ struct CompletionTests {
         #expect(Set(offered["jobctl --"] ?? []) == Set(Self.options(inHelp: overview).map(\.long)), "\(offered["jobctl --"] ?? [])")
         #expect(offered["jobctl list --state "] == ["queued", "running", "paused", "succeeded", "failed", "cancelled"])
         #expect(offered["jobctl help he"] == ["help"])
+        // `archive verify FILE`: the choice first, then the file after it (not the choice again).
+        #expect(offered["jobctl archive "]?.contains("verify") == true, "\(offered["jobctl archive "] ?? [])")
+        #expect(offered["jobctl archive verify "] == [probe], "\(offered["jobctl archive verify "] ?? [])")
         for global in globals {
             #expect(Set(offered["jobctl \(global) x.yaml "] ?? []).isSuperset(of: commands), "\(global)")
             #expect(Set(offered["jobctl \(global) x.yaml list --"] ?? []) == Set(listOptions), "\(global)")
