@@ -38,10 +38,25 @@ public struct SourceStamp: Codable, Sendable, Equatable, Hashable {
     public var modifiedNanos: Int64
     /// `st_dev` and `st_ino`.
     public var file: FileIdentity
+    /// `st_ctim` in nanoseconds since 1970: the inode's change time, which every write moves and no one
+    /// can set back. A file written in place and its modification time put back (`touch -r`, `rsync
+    /// --inplace -t`) kept its size and mtime, and an upload joined bytes of two versions into one object.
+    /// Nil in a stamp an older jobctl logged (it is then not compared).
+    public var changedNanos: Int64?
 
-    public init(size: Int64, modifiedNanos: Int64, file: FileIdentity) {
+    public init(size: Int64, modifiedNanos: Int64, file: FileIdentity, changedNanos: Int64? = nil) {
         self.size = size
         self.modifiedNanos = modifiedNanos
         self.file = file
+        self.changedNanos = changedNanos
+    }
+
+    /// Whether `other` is the same file, unchanged: the same identity, size and modification time, and
+    /// the same change time where both stamps have one. (A `chmod` or a new hard link moves the change
+    /// time too: such a file counts as changed, and an upload reads it again from its start — a retry,
+    /// never a mixed object.)
+    public func isUnchanged(since other: SourceStamp) -> Bool {
+        file == other.file && size == other.size && modifiedNanos == other.modifiedNanos
+            && (changedNanos == nil || other.changedNanos == nil || changedNanos == other.changedNanos)
     }
 }

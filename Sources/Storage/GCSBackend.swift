@@ -284,7 +284,7 @@ public struct GCSBackend: StorageBackend {
             // Only an edited log holds one (a session the server started so is refused at once): nothing
             // goes to it, not even the session's cancellation, and the upload starts a session of its own.
             resumable = nil
-        } else if case .upload(let uri, _, _, let recordedSource?)? = resumePoint, let stamp = source.stamp, recordedSource != stamp {
+        } else if case .upload(let uri, _, _, let recordedSource?)? = resumePoint, let stamp = source.stamp, !stamp.isUnchanged(since: recordedSource) {
             await cancelUploadSession(uri)
             resumable = nil
         }

@@ -348,13 +348,13 @@ final class UploadSource {
         }
     }
 
-    /// Throws when the open file no longer is what `stamp` recorded (its size or modification time):
+    /// Throws when the open file no longer is what `stamp` recorded (its size, modification or change time):
     /// retryable, as a file being written is often finished soon; the next attempt starts from its start.
     static func checkUnchanged(_ descriptor: Int32, path: String, since stamp: SourceStamp) throws(StorageError) {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { throw posixError(errno, operation: "cannot check the source file", path: path) }
         let now = SourceStamp(info)
-        guard now.size != stamp.size || now.modifiedNanos != stamp.modifiedNanos else { return }
+        guard !now.isUnchanged(since: stamp) else { return }
         throw sourceChanged(path, now: now, then: stamp)
     }
 

@@ -274,7 +274,7 @@ final class LocalTransfer {
         // match what was copied): refused before the object is written, and the session dropped.
         if case .file(let file) = source, let then = sourceStamp {
             let now = try file.status().stamp
-            if now.size != then.size || now.modifiedNanos != then.modifiedNanos {
+            if !now.isUnchanged(since: then) {
                 session.discard(in: location)
                 throw UploadSource.sourceChanged(spec.source ?? "", now: now, then: then)
             }

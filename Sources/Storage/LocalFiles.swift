@@ -265,6 +265,8 @@ struct FileStatus: Equatable {
     let modifiedNanos: Int64
     /// Modification time, microseconds since 1970 (rounded down, before 1970 too).
     var modifiedMicros: Int64 { modifiedNanos >= 0 ? modifiedNanos / 1000 : (modifiedNanos - 999) / 1000 }
+    /// Change time (of the inode), nanoseconds since 1970.
+    let changedNanos: Int64
     let identity: FileIdentity
     /// Hard links to the inode (`st_nlink`).
     let links: UInt64
@@ -282,6 +284,7 @@ struct FileStatus: Equatable {
         // Held within Int64 (years 1677…2262): anyone who can write the file sets its time, ext4 to 2446
         // and tmpfs to any second, and a file of the year 2300 in a bucket ended the worker that read it.
         modifiedNanos = Int64(info.st_mtim.tv_sec).saturatingMultiplied(by: 1_000_000_000).saturatingAdding(Int64(info.st_mtim.tv_nsec))
+        changedNanos = Int64(info.st_ctim.tv_sec).saturatingMultiplied(by: 1_000_000_000).saturatingAdding(Int64(info.st_ctim.tv_nsec))
         identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         links = UInt64(info.st_nlink)
         owner = UInt32(info.st_uid)
@@ -290,7 +293,7 @@ struct FileStatus: Equatable {
     var isRegular: Bool { kind == .regular }
     var isDirectory: Bool { kind == .directory }
     /// The file's size, modification time and identity, as an upload records its source.
-    var stamp: SourceStamp { SourceStamp(size: size, modifiedNanos: modifiedNanos, file: identity) }
+    var stamp: SourceStamp { SourceStamp(size: size, modifiedNanos: modifiedNanos, file: identity, changedNanos: changedNanos) }
 
     /// Whether a file found at one of jobctl's own temporary names may be one jobctl left there itself: a
     /// regular file, with no other hard link, owned by this process's user. Anything else (a link, a

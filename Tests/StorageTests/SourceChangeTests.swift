@@ -6,9 +6,9 @@ import Testing
 
 /// A source file written to while its upload reads it: the bytes read before and after the write are
 /// two versions, and the checksums the upload computes describe exactly that mixture, so no check
-/// downstream can tell. Each upload checks the file again before the object is written (its size and
-/// modification time), and a resumed GCS session goes on only while the file is the one its bytes came
-/// from.
+/// downstream can tell. Each upload checks the file again before the object is written (its size,
+/// modification and change times), and a resumed GCS session goes on only while the file is the one its
+/// bytes came from.
 @Suite("a source that changes during its upload", .onTestThreads)
 struct SourceChangeTests {
     /// Writes `payload` to `path`, dated a day back: a write during the test moves the modification time
@@ -19,12 +19,18 @@ struct SourceChangeTests {
     }
 
     /// Overwrites the first bytes of `path` in place (same size): what an editor or a program writing the
-    /// file does.
-    private static func overwriteStart(of path: String, with bytes: Data) {
-        guard let handle = FileHandle(forWritingAtPath: path) else { return }
+    /// file does. With `restoringTime`, its modification time is then put back to the nanosecond, as
+    /// `touch -r` or `rsync --inplace -t` does: size and mtime alike, only the change time tells.
+    private static func overwriteStart(of path: String, with bytes: Data, restoringTime: Bool = false) {
+        var before = stat()
+        guard stat(path, &before) == 0, let handle = FileHandle(forWritingAtPath: path) else { return }
         try? handle.seek(toOffset: 0)
         try? handle.write(contentsOf: bytes)
         try? handle.close()
+        if restoringTime {
+            var times = [before.st_atim, before.st_mtim]
+            _ = utimensat(AT_FDCWD, path, &times, 0)
+        }
     }
 
     private static func expectSourceChanged(_ result: Result<TransferOutcome, StorageError>,
@@ -34,8 +40,9 @@ struct SourceChangeTests {
         #expect(error.message.contains("changed while it was being uploaded"), "\(error)", sourceLocation: sourceLocation)
     }
 
-    @Test("GCS: refused before the last chunk; the retry starts a new session and stores the file as it is now")
-    func gcs() async throws {
+    @Test("GCS: refused before the last chunk; the retry starts a new session and stores the file as it is now",
+          arguments: [false, true])
+    func gcs(restoringTime: Bool) async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
         let directory = try TemporaryDirectory()
@@ -50,7 +57,7 @@ struct SourceChangeTests {
         // The file's first bytes are rewritten once the server has confirmed them (the first chunk).
         let first = EventRecorder { event in
             if case .checkpoint(let point, _) = event, point.bytesDone >= 262_144 {
-                Self.overwriteStart(of: source, with: edit)
+                Self.overwriteStart(of: source, with: edit, restoringTime: restoringTime)
             }
         }
         try Self.expectSourceChanged(await run(backend, spec, recorder: first))
@@ -72,8 +79,8 @@ struct SourceChangeTests {
         #expect(stored.data == current)
     }
 
-    @Test("HTTP PUT: the body is cut before its last bytes, so the server stores nothing")
-    func http() async throws {
+    @Test("HTTP PUT: the body is cut before its last bytes, so the server stores nothing", arguments: [false, true])
+    func http(restoringTime: Bool) async throws {
         let server = try NginxServer.start()
         defer { server.stop() }
         let directory = try TemporaryDirectory()
@@ -84,15 +91,15 @@ struct SourceChangeTests {
         // Paced, so the file is written to while most of it is still to be read.
         let spec = JobSpec(kind: .uploadFile, source: source, destination: "\(server.baseURL)/log.bin", maxRate: 4 << 20)
         let recorder = EventRecorder { event in
-            if case .progress(let done, _) = event, done > 0 { Self.overwriteStart(of: source, with: edit) }
+            if case .progress(let done, _) = event, done > 0 { Self.overwriteStart(of: source, with: edit, restoringTime: restoringTime) }
         }
         try Self.expectSourceChanged(await run(HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)),
                                                spec, recorder: recorder))
         #expect(!FileManager.default.fileExists(atPath: server.root + "/log.bin"))
     }
 
-    @Test("file://: refused before the object is written; no session file is left")
-    func local() async throws {
+    @Test("file://: refused before the object is written; no session file is left", arguments: [false, true])
+    func local(restoringTime: Bool) async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let buckets = directory.file("buckets")
@@ -103,7 +110,7 @@ struct SourceChangeTests {
         let edit = patternData(1_000, seed: 26)
         let backend = LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets))
         let recorder = EventRecorder { event in
-            if case .progress(let done, _) = event, done > 0 { Self.overwriteStart(of: source, with: edit) }
+            if case .progress(let done, _) = event, done > 0 { Self.overwriteStart(of: source, with: edit, restoringTime: restoringTime) }
         }
         try Self.expectSourceChanged(await run(backend, JobSpec(kind: .uploadFile, source: source, destination: "file://b/disk.img"),
                                                recorder: recorder))
