@@ -285,9 +285,9 @@ public struct ManifestParser: Sendable {
         } else {
             base = SlashSeparatedPath.directory(of: path)
         }
-        if base.hasPrefix("/") { return LocalPath.standardize(base) }
+        if base.hasPrefix("/") { return LocalPath.resolve(base) }
         guard let current = CurrentDirectory.path else { return nil }
-        return LocalPath.standardize(current + "/" + base)
+        return LocalPath.resolve(current + "/" + base)
     }
 }
 
@@ -326,6 +326,40 @@ public enum LocalPath {
         }
         if bytes.isEmpty { bytes.append(slash) }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension LocalPath {
+    /// An absolute path as the kernel resolves it where it differs from `standardize`: a `..` after a
+    /// folder reached through a symbolic link climbs from where the link leads, not back over the link's
+    /// name. (`jobs/../t.txt` with `jobs` a link to `../data/jobs` is `data/t.txt` to `cat`; taken by
+    /// its text it named another file, uploaded in its place.) Paths without `..` are only standardized;
+    /// a folder before a `..` that does not exist (yet) is climbed by its text, as nothing can be followed.
+    public static func resolve(_ path: String) -> String {
+        let parent = Substring("..").utf8
+        guard path.hasPrefix("/"), Substring(path).utf8.split(separator: UInt8(ascii: "/")).contains(where: { $0.elementsEqual(parent) }) else {
+            return standardize(path)
+        }
+        var parts: [Substring] = []
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." {
+                if !parts.isEmpty, let real = realPath("/" + parts.joined(separator: "/")) {
+                    parts = real.split(separator: "/", omittingEmptySubsequences: true)
+                }
+                if !parts.isEmpty { parts.removeLast() }
+                continue
+            }
+            parts.append(part)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    /// `realpath(3)` of `path`, nil when any part of it does not exist or cannot be read.
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 }
 

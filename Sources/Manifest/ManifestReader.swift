@@ -918,7 +918,7 @@ struct ManifestReader {
         } else {
             return fail(&self, "'\(path)' is relative, and \(CurrentDirectory.missingMessage)")
         }
-        var standardized = LocalPath.standardize(absolute)
+        var standardized = LocalPath.resolve(absolute)
         // The kernel's bounds (ENAMETOOLONG): refused here, at the field, rather than by the worker. A
         // glob's pattern is no path (`[0-9a-f]` is 8 bytes for one of a name's): its folder is held to
         // them, and the files it takes exist, so they fit.

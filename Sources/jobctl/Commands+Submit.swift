@@ -80,7 +80,7 @@ extension Commands {
                     failures.append("\(TerminalText.printable(path)): error: the manifest's folder is unknown: \(CurrentDirectory.missingMessage)")
                     continue
                 }
-                baseDirectory = SlashSeparatedPath.directory(of: LocalPath.standardize(absolute))
+                baseDirectory = SlashSeparatedPath.directory(of: LocalPath.resolve(absolute))
             }
             var parser = ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources])
             parser.nowMs = now

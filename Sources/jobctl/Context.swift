@@ -208,7 +208,7 @@ struct Context: Sendable {
         }
         let absolute = isPostgresURL(databasePath) ? nil : databasePath.hasPrefix("/") ? databasePath : (current ?? "") + "/" + databasePath
         guard let absolute else { return "\(current ?? "")/buckets" }
-        return "\(SlashSeparatedPath.directory(of: LocalPath.standardize(absolute)))/buckets"
+        return "\(SlashSeparatedPath.directory(of: LocalPath.resolve(absolute)))/buckets"
     }
 
     func paint(_ text: String, _ code: String) -> String {

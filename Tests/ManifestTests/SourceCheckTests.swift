@@ -40,6 +40,42 @@ import TestSupport
         #expect(try #require(folder.parse(source: "'a[1].csv'").jobs).count == 1)
     }
 
+    /// A `..` after a folder reached through a symbolic link climbs from where the link leads, as the
+    /// kernel (and `cat`) does: taken by its text, `jobs/../t.txt` (with `jobs` a link to `../data/jobs`)
+    /// named `home/t.txt`, and that other file was uploaded. A folder that does not exist is climbed by its
+    /// text, as before.
+    @Test func aParentAfterALinkIsWhereTheLinkLeads() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let manager = FileManager.default
+        try manager.createDirectory(atPath: folder.directory.file("lx/home"), withIntermediateDirectories: true)
+        try manager.createDirectory(atPath: folder.directory.file("lx/data/jobs"), withIntermediateDirectories: true)
+        try manager.createDirectory(atPath: folder.directory.file("lx/real/deep"), withIntermediateDirectories: true)
+        try "LEXICAL".write(toFile: folder.directory.file("lx/home/t.txt"), atomically: true, encoding: .utf8)
+        try "KERNEL".write(toFile: folder.directory.file("lx/data/t.txt"), atomically: true, encoding: .utf8)
+        try "KERNEL".write(toFile: folder.directory.file("lx/real/t.txt"), atomically: true, encoding: .utf8)
+        try manager.createSymbolicLink(atPath: folder.directory.file("lx/home/jobs"), withDestinationPath: "../data/jobs")
+        try manager.createSymbolicLink(atPath: folder.directory.file("lx/home/lnk"), withDestinationPath: "../real/deep")
+        let home = folder.path + "/lx/home"
+        func source(_ written: String, base: String) throws -> String? {
+            let yaml = "jobs:\n  - {kind: upload-file, source: '\(written)', destination: gs://bkt/x}\n"
+            return try #require(ManifestParser(baseDirectory: base).parse(text: yaml, path: "m.yaml").jobs).first?.source
+        }
+        // The manifest in `jobs/` (named through the link), `../t.txt` relative to it.
+        #expect(try source("../t.txt", base: home + "/jobs") == folder.path + "/lx/data/t.txt")
+        #expect(try source("lnk/../t.txt", base: home) == folder.path + "/lx/real/t.txt")
+        #expect(try source(home + "/lnk/../t.txt", base: "/") == folder.path + "/lx/real/t.txt")
+        // No link before the `..`: by its text, the same as the kernel's.
+        #expect(try source("../home/t.txt", base: home) == home + "/t.txt")
+        for (written, file) in [("../t.txt", home + "/jobs"), ("lnk/../t.txt", home)] {
+            let path = try #require(try source(written, base: file))
+            #expect(try String(contentsOfFile: path, encoding: .utf8) == "KERNEL", "\(written)")
+        }
+        // A folder not there yet is climbed by its text.
+        #expect(LocalPath.resolve(home + "/new/../t.txt") == home + "/t.txt")
+        #expect(LocalPath.resolve("/../a/./b//c") == "/a/b/c")
+    }
+
     /// A source whose `*`, `?` and `[` are all escaped is no glob, and names the file without the escapes,
     /// as a glob takes them: `a\[1\].csv` was looked up with its backslashes and "named no file (its
     /// '*', '?' or '[' are escaped, so it is not a glob)" while `a[1].csv` was there. A folder and a
