@@ -4,7 +4,8 @@
 // What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
 // <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), an open file
 // description's lock (`F_OFD_SETLK`, a GNU extension, and `fcntl`'s variadic pointer), a shell started
-// with `posix_spawn` in a process group of its own, `accept4`, and `malloc_trim` (<malloc.h>).
+// with `posix_spawn` in a process group of its own, `accept4`, `malloc_trim` (<malloc.h>), and
+// `prctl(2)` (variadic in glibc, so not imported).
 // Header-only: nothing is linked beyond libc.
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <malloc.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -23,6 +25,11 @@ static inline long jobctl_filesystem_type(int fd) {
     struct statfs info;
     if (fstatfs(fd, &info) != 0) return -1;
     return (long)info.f_type;
+}
+
+/// `prctl(PR_SET_DUMPABLE, dumpable)`: 0 turns core dumps (and same-user ptrace) off for this process.
+static inline int jobctl_set_dumpable(int dumpable) {
+    return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL);
 }
 
 /// `renameat2(directory, from, directory, to, RENAME_NOREPLACE)`: `from` takes the name `to` only while

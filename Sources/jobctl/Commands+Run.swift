@@ -153,6 +153,8 @@ extension Commands {
         // its lines are dropped and its jobs go on, instead of SIGPIPE ending the process mid-transfer
         // with leases held. The event log is the record; the log lines only tell about it.
         signal(SIGPIPE, SIG_IGN)
+        // Before any credential is read (a token command runs at the first gs:// job): no core dump holds them.
+        CoreDumps.refuseIfHoldingSecrets(storage, postgres: context.usesPostgres)
         // Its summary's output failing (the last thing it writes) makes its exit status say so, nothing more.
         StandardOutput.keepRunningOnFailure()
         // A statement left unanswered for a lease's length (at least 10 s) has cost the worker its leases
