@@ -107,7 +107,7 @@ extension Commands {
             if failures.isEmpty {
                 origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
                 failures += repeatedKeys(specs, origins: origins)
-                if failures.isEmpty { failures += repeatedDestinations(specs, origins: origins) }
+                if failures.isEmpty { failures += repeatedDestinations(specs, origins: origins, localBuckets: context.localBucketsDirectory) }
             }
         }
         for note in manifestJobs.flatMap(\.notes) + listingNotes { emitError(note) }
@@ -342,7 +342,11 @@ extension Commands {
     /// them — which one depending on the order they happened to run. Jobs ordered by `after:` (directly
     /// or through other jobs of the submit) write in that order, so they may share a destination.
     /// Written as `repeatedKeys` writes its errors (at most `ManifestLimits.maximumShownErrors`).
-    static func repeatedDestinations(_ specs: [JobSpec], origins: [(path: String, line: Int, column: Int)]) -> [String] {
+    ///
+    /// A local file is one whatever its spelling (`localFile`): `file://NAME/a.bin`, `file:///…/buckets/NAME/a.bin`
+    /// and a download into `…/buckets/NAME/a.bin` are one file, and were taken as three.
+    static func repeatedDestinations(_ specs: [JobSpec], origins: [(path: String, line: Int, column: Int)],
+                                     localBuckets: String) -> [String] {
         var writer: [UTF8Key: Int] = [:]
         var keyed: [UTF8Key: Int] = [:]
         for (index, spec) in specs.enumerated() { if let key = spec.key { keyed[UTF8Key(key)] = keyed[UTF8Key(key)] ?? index } }
@@ -362,9 +366,11 @@ extension Commands {
         }
         var failures: [String] = []
         var notShown = 0
+        var realFolders: [String: String] = [:]
         for (index, spec) in specs.enumerated() where spec.kind.isUpload || spec.kind == .downloadFile {
             guard let destination = spec.destination else { continue }
-            let written = UTF8Key((spec.kind.isUpload ? "object " : "file ") + destination)
+            let file = localFile(spec, destination: destination, buckets: localBuckets, realFolders: &realFolders)
+            let written = UTF8Key(file.map { "file " + $0 } ?? "object " + destination)
             guard let earlier = writer[written] else {
                 writer[written] = index
                 continue
@@ -378,7 +384,10 @@ extension Commands {
             let here = origins[index], there = origins[earlier]
             let place = there.path == here.path ? "line \(there.line)" : "\(TerminalText.printable(there.path)):\(there.line)"
             let what = spec.kind.isUpload ? "uploads to" : "downloads to"
-            let expanded = specs[earlier].batch != nil || spec.batch != nil ? " (as the files of a folder, glob or prefix job map)" : ""
+            var expanded = specs[earlier].batch != nil || spec.batch != nil ? " (as the files of a folder, glob or prefix job map)" : ""
+            if let other = specs[earlier].destination, !other.hasSameUTF8(as: destination) {
+                expanded += " (written '\(Display.redacting.location(other))' there: the same file)"
+            }
             failures.append("\(TerminalText.printable(here.path)):\(here.line):\(here.column): error: this job \(what) "
                             + "'\(Display.redacting.location(destination))', as the job at \(place) does\(expanded), and neither waits for the "
                             + "other ('after:'): what it ends up holding would depend on which ran last; give each job its own destination, "
@@ -389,6 +398,35 @@ extension Commands {
                             + "fix these and run it again to see the next")
         }
         return failures
+    }
+
+    /// The local file a job writes, the same text for every spelling of it: a `file://NAME/p` object is
+    /// `p` in the bucket's folder, a `file:///p` object and a download's destination are `/p`, and the
+    /// folder holding it is taken where its symbolic links lead. Nil for a job that writes no local file
+    /// (gs:// and http(s) objects, compared as written).
+    /// `realFolders` keeps each folder's resolution: a folder of 100,000 downloads is resolved once.
+    static func localFile(_ spec: JobSpec, destination: String, buckets: String, realFolders: inout [String: String]) -> String? {
+        let path: String
+        if spec.kind == .downloadFile {
+            path = destination
+        } else if spec.kind.isUpload, let reference = try? StorageReference(parsing: destination), reference.scheme == .file {
+            path = LocalPath.standardize((reference.bucket.isEmpty ? "" : buckets + "/" + reference.bucket) + "/" + reference.fullPath)
+        } else {
+            return nil
+        }
+        let folder = SlashSeparatedPath.directory(of: path)
+        let real: String
+        if let known = realFolders[folder] {
+            real = known
+        } else {
+            // A folder not there yet (a download's, made when it runs) is taken as written.
+            guard let resolved = realpath(folder, nil) else { return path }
+            real = String(cString: resolved)
+            free(resolved)
+            realFolders[folder] = real
+        }
+        let name = SlashSeparatedPath.lastPart(of: path).map(String.init) ?? ""
+        return LocalPath.standardize(real + "/" + name)
     }
 
     /// An idempotency key given to two of the jobs submitted together, once folders and prefixes are

@@ -570,6 +570,31 @@ import Glibc
         #expect(try String(contentsOfFile: buckets + "/dst/b.txt", encoding: .utf8) == "three")
     }
 
+    /// One local file written under several spellings — a named bucket's object, the same object as a
+    /// `file:///` path, a download into that path through a linked folder — was taken as three
+    /// destinations: all submitted, the file holding whichever ran last. Now they are one.
+    @Test func oneLocalFileSpelledThreeWaysIsOneDestination() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let buckets = workspace.directory.file("buckets")
+        let environment = ["JOBCTL_BUCKETS": buckets]
+        try FileManager.default.createDirectory(atPath: buckets + "/fb/dd", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: workspace.directory.file("lnk"), withDestinationPath: buckets + "/fb")
+        let manifest = try workspace.write("m.yaml", """
+        - {kind: upload-data, data: a, destination: "file://fb/dd/a.bin"}
+        - {kind: upload-data, data: b, destination: "file://\(buckets)/fb/dd/a.bin"}
+        - {kind: download-file, source: "http://127.0.0.1:9/x", destination: lnk/dd/a.bin}
+        - {kind: upload-data, data: c, destination: "file://fb/dd/b.bin"}
+        """)
+        let refused = try workspace.jobctl(["submit", manifest], environment: environment)
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("m.yaml:2:3: error: this job uploads to 'file://\(buckets)/fb/dd/a.bin', as the job at line 1 does "
+                                        + "(written 'file://fb/dd/a.bin' there: the same file)"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("m.yaml:3:3: error: this job downloads to '\(workspace.directory.file("lnk/dd/a.bin"))', "
+                                        + "as the job at line 2 does"), "\(refused.stderr)")
+        #expect(!refused.stderr.contains("m.yaml:4:"), "\(refused.stderr)")
+    }
+
     /// A `gs://` or `file://` name holding `%` printed as written: the object `c/a%2Fb` showed as
     /// `gs://bkt/c/a%2Fb`, which read back (pasted into a manifest) names `c/a/b`, and the names
     /// `tab<TAB>x` and `tab%09x` printed alike. `%` is now `%25` in them; the path printed reads back as
