@@ -457,6 +457,47 @@ import Glibc
         #expect(output.stderr.contains("permission denied"))
     }
 
+    /// A source the worker may not read when the job runs failed `unauthorized (-13021)` on file:// and
+    /// `pathError (-13053)` over HTTP and gs://: the same local file, two answers. It is a `pathError` on
+    /// every backend (a file:// bucket folder the worker may not write stays `unauthorized`). The worker
+    /// runs as `nobody` when the tests run as root (root reads everything).
+    @Test func aSourceTheWorkerCannotReadIsAPathErrorOnEveryBackend() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let source = try workspace.write("secret.csv", "a,b\n")
+        try FileManager.default.createDirectory(atPath: workspace.directory.file("buckets/b"), withIntermediateDirectories: true)
+        let ids = try workspace.submit("""
+        - {kind: upload-file, source: \(source), destination: file://b/secret.csv}
+        - {kind: upload-file, source: \(source), destination: \(server.baseURL)/secret.csv}
+        """)
+        #expect(ids.count == 2)
+        let worker = [PackagePaths.jobctlBinary, "--db", workspace.database, "worker", "--drain"]
+        let environment = ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let drained: ProcessOutput
+        if getuid() == 0 {
+            let nobody = try #require(getpwnam("nobody")).pointee
+            #expect(try runProcess("/bin/chown", ["-R", "\(nobody.pw_uid):\(nobody.pw_gid)", workspace.directory.path]).status == 0)
+            chown(source, 0, 0)
+            chmod(source, 0o600)
+            drained = try runProcess("/usr/bin/setpriv", ["--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)", "--clear-groups"] + worker,
+                                     environment: environment, currentDirectory: "/")
+        } else {
+            chmod(source, 0o000)
+            drained = try runProcess(worker[0], Array(worker.dropFirst()), environment: environment)
+        }
+        #expect(drained.status == 2, "a drain whose jobs failed exits 2: \(drained.stderr)")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 2)
+        for job in jobs {
+            let error = try #require(job["error"] as? [String: Any], "\(job)")
+            #expect(job["state"] as? String == "failed", "\(job)")
+            #expect(error["name"] as? String == "pathError" && error["code"] as? Int == -13053, "\(job)")
+            #expect((error["message"] as? String)?.contains("permission denied") == true, "\(job)")
+        }
+    }
+
     // MARK: - Secrets
 
     @Test func secretsNeverReachStandardError() throws {
