@@ -514,7 +514,8 @@ struct ManifestReader {
             let sourceText = require(.source, in: own, kind: kind, at: mark, what: "the local file to upload")
             let sourcePath = sourceText.flatMap { localPath($0, field: .source, kind: kind) }
             if let sourceText, let sourcePath, let tree = Self.uploadTree(sourcePath) {
-                let specs = expandUpload(tree, written: sourceText, template: spec, own: own, mark: mark)
+                let specs = expandUpload(tree, written: sourceText, template: spec, own: own, mark: mark,
+                                         checkingSources: checksSources && (fields.checkSource?.value ?? true))
                 return errors.reportCount == errorCount ? ReadJob(specs: specs.specs, mark: mark, notes: specs.notes) : nil
             }
             reportFiltersWithoutExpansion(own)

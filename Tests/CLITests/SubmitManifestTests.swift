@@ -457,6 +457,35 @@ import Glibc
         #expect(output.stderr.contains("permission denied"))
     }
 
+    /// A file the submitting user may not read inside a folder upload was taken, and its job failed when
+    /// it ran, while the same file named by itself is refused at submit: the folder upload is refused too,
+    /// naming it (rsync and rclone report such a file as a failure, not a skip), and 'exclude:' takes it out.
+    @Test func anUnreadableFileInAFolderUploadIsRefusedNamingIt() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("up/open.csv", "a,b\n")
+        let secret = try workspace.write("up/private/secret.csv", "x\n")
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-file, source: up/, destination: gs://bkt/up/}\n")
+        let excluding = try workspace.write("excluding.yaml", "- {kind: upload-file, source: up/, destination: gs://bkt/up/, exclude: [secret.csv]}\n")
+        for path in [workspace.directory.path, workspace.directory.file("up"), workspace.directory.file("up/private")] { chmod(path, 0o755) }
+        for path in [manifest, excluding, workspace.directory.file("up/open.csv")] { chmod(path, 0o644) }
+        chmod(secret, 0o000)
+        func submit(_ manifest: String) throws -> ProcessOutput {
+            let arguments = [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "--dry-run", manifest]
+            return getuid() == 0
+                ? try runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups"] + arguments,
+                                 environment: ["NO_COLOR": "1"], currentDirectory: "/")
+                : try runProcess(arguments[0], Array(arguments.dropFirst()), environment: ["NO_COLOR": "1"])
+        }
+        let refused = try submit(manifest)
+        #expect(refused.status == 65, "\(refused.stdout)\(refused.stderr)")
+        #expect(refused.stderr.contains("jobs.yaml:1:31: error: 'source' 'up/': its file 'private/secret.csv' cannot be read: "
+                                        + "permission denied; the worker must be able to read every file it uploads"), "\(refused.stderr)")
+        let excluded = try submit(excluding)
+        #expect(excluded.status == 0, "\(excluded.stderr)")
+        #expect(excluded.stdout.contains("up/open.csv") && !excluded.stdout.contains("secret"), "\(excluded.stdout)")
+    }
+
     /// A source the worker may not read when the job runs failed `unauthorized (-13021)` on file:// and
     /// `pathError (-13053)` over HTTP and gs://: the same local file, two answers. It is a `pathError` on
     /// every backend (a file:// bucket folder the worker may not write stays `unauthorized`). The worker

@@ -87,6 +87,20 @@ import TestSupport
         #expect(errors.first?.message.contains(expected) == true, "\(errors)")
     }
 
+    /// `/sys/fs/cgroup/unified/cgroup.max.depth` says 0 bytes and holds `max`: it passed the check (only
+    /// procfs, sysfs and a few others were known) and uploaded as an empty object. Every pseudo
+    /// filesystem whose sizes are not its files' content is refused as procfs is.
+    @Test(.enabled(if: CgroupFiles.zeroSizedWithContent != nil, "no cgroup file whose size says 0 while it holds bytes on this machine"))
+    func aCgroupFileIsRefusedAsAProcfsFileIs() throws {
+        let file = try #require(CgroupFiles.zeroSizedWithContent)
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let errors = try #require(folder.parse(source: file).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:13 sourceUnavailable"])
+        #expect(errors.first?.message.contains("'source' '\(file)' is on cgroup") == true, "\(errors)")
+        #expect(errors.first?.message.contains("whose files the kernel makes as they are read") == true, "\(errors)")
+    }
+
     /// Folders and globs expand at submit whatever the check says; one that takes no file is an error at
     /// the job's position (line 2, column 5: its first key).
     @Test(arguments: ["photos", "photos/", "'photos/?.jpg'", "'[ab].csv'"])

@@ -78,6 +78,26 @@ struct SpecialFileTests {
         }
     }
 
+    /// A cgroup file (`cgroup.max.depth`: 0 bytes by its size, `max` by its content) uploaded as an empty
+    /// object and the job succeeded, on file://, http and gs://: it is refused as a procfs file is.
+    @Test("an upload whose source is on cgroup or cgroup2 fails at once, on every backend",
+          .enabled(if: CgroupFiles.zeroSizedWithContent != nil, "no cgroup file whose size says 0 while it holds bytes on this machine"),
+          arguments: ["file", "http", "gs"])
+    func cgroupSourceRefused(_ name: String) async throws {
+        let file = try #require(CgroupFiles.zeroSizedWithContent)
+        let (directory, _, local) = try localBuckets("jobctl-cgroup-source")
+        defer { directory.remove() }
+        let (backend, destination, stop) = try Self.backend(name, local: local, object: "depth.txt")
+        defer { stop() }
+        let error = try failure(await run(backend, JobSpec(kind: .uploadFile, source: file, destination: destination)))
+        #expect(error.code == .pathError && error.message.contains("'\(file)' is on cgroup"), "\(error)")
+        #expect(error.message.contains("copy it to a regular file first"), "\(error)")
+        #expect(!error.retryable)
+        if name == "file" {
+            #expect(!FileManager.default.fileExists(atPath: directory.file("b/depth.txt")), "an object was stored")
+        }
+    }
+
     /// A socket put where a source was after submit: `open` fails with ENXIO, which was "internalError …
     /// No such device or address" over HTTP and gs:// and "unknown (-13000) opening '…' failed" on
     /// file://. Every backend now says it is a socket, as it says a FIFO is one (`pathError`, not retried).
