@@ -1,8 +1,8 @@
 #ifndef JOBCTL_CFILESYSTEM_SHIM_H
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
-// What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>) or of a folder's entry, a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), an open file
+// What Glibc's Swift module leaves out: the filesystem type of an open file or a path (`fstatfs(2)`,
+// `statfs(2)`, in <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), an open file
 // description's lock (`F_OFD_SETLK`, a GNU extension, and `fcntl`'s variadic pointer), a shell started
 // with `posix_spawn` in a process group of its own, `accept4`, and `malloc_trim` (<malloc.h>).
 // Header-only: nothing is linked beyond libc.
@@ -22,6 +22,13 @@
 static inline long jobctl_filesystem_type(int fd) {
     struct statfs info;
     if (fstatfs(fd, &info) != 0) return -1;
+    return (long)info.f_type;
+}
+
+/// `jobctl_filesystem_type` of the folder at `path` (`statfs(2)`, links followed), or -1 when it fails.
+static inline long jobctl_path_filesystem_type(const char *path) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
     return (long)info.f_type;
 }
 

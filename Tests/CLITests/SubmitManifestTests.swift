@@ -527,6 +527,39 @@ import Glibc
         }
     }
 
+    /// `jobctl submit m.yaml < a.bin` with `source: /dev/stdin` was accepted after checking a.bin (100,000
+    /// bytes); the worker, whose standard input was another file, uploaded that (3 bytes) and succeeded.
+    /// Every local path that leads through a link of /proc is refused at its position, a download's
+    /// destination too; a folder on procfs is refused as its files are.
+    @Test func aStandardInputSourceIsRefusedNotCheckedAsTheFileSubmitReads() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let input = workspace.directory.file("a.bin")
+        try patternData(100_000, seed: 3).write(to: URL(fileURLWithPath: input))
+        try workspace.write("c.txt", "c\n")
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: upload-file, source: /dev/stdin, destination: gs://bkt/stdin.bin}
+        - {kind: upload-file, source: /proc/self/cwd/c.txt, destination: gs://bkt/c.txt, check_source: false}
+        - {kind: download-file, source: gs://bkt/a.txt, destination: /dev/stdout}
+        - {kind: upload-file, source: /proc/sys/kernel/random/, destination: gs://bkt/random/}
+        - {kind: upload-file, source: c.txt, destination: gs://bkt/kept.txt}
+
+        """)
+        let output = try runProcess("/bin/sh", ["-c", "exec \"$0\" --db \"$1\" submit \"$2\" < \"$3\"",
+                                                PackagePaths.jobctlBinary, workspace.database, manifest, input],
+                                    environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+        #expect(output.status == 65, "\(output.stdout)\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:1:31: error: 'source' '/dev/stdin' leads through '/proc/self', a link the kernel's "
+                                       + "/proc makes to whichever process follows it"), "\(output.stderr)")
+        #expect(output.stderr.contains("it names a file of the submitting process"), "\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:2:31: error: 'source' '/proc/self/cwd/c.txt' leads through '/proc/self'"), "\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:3:62: error: 'destination' '/dev/stdout' leads through '/proc/self'"), "\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:4:31: error: 'source' '/proc/sys/kernel/random/': the folder '/proc/sys/kernel/random' "
+                                       + "is on procfs"), "\(output.stderr)")
+        #expect(output.stderr.contains("4 errors generated."), "\(output.stderr)")
+        #expect(try workspace.jobctl(["list"]).stdout.split(separator: "\n").count <= 1, "something was submitted")
+    }
+
     // MARK: - Secrets
 
     @Test func secretsNeverReachStandardError() throws {

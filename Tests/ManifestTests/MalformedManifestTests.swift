@@ -214,8 +214,8 @@ private let malformedCases: [MalformedCase] = [
           "'source' 'photos/*.jpg' is a glob whose folder '/srv/manifests/photos' does not exist (or is not a folder)", checksSources: true),
     .init("the whole filesystem as upload source", "- kind: upload-file\n  source: /\n  destination: gs://bkt/all/\n", 2, 11, .unsupportedSource,
           "'source' '/' would expand the whole filesystem from '/'; name the folder to upload"),
-    // (`/proc/self/fd/`, a folder of links, is refused at its source now: it is on procfs.) What was
-    // skipped is said with the error, as its note is not printed then.
+    // (`/proc/self/fd/`, a folder of links, is refused at its source now: it is on procfs, and leads
+    // through `/proc/self`.) What was skipped is said with the error, as its note is not printed then.
     .init("a folder of devices only", "- kind: upload-file\n  source: /dev/pts/\n  destination: gs://bkt/fd/\n", 1, 3, .emptyExpansion,
           "'source' '/dev/pts/' holds no regular file; nothing would be uploaded; skipped '"),
     .init("a folder into one object", "- kind: upload-file\n  source: /dev/pts/\n  destination: gs://bkt/fd\n", 3, 16, .invalidReference,
