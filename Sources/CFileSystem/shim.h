@@ -1,8 +1,8 @@
 #ifndef JOBCTL_CFILESYSTEM_SHIM_H
 #define JOBCTL_CFILESYSTEM_SHIM_H
 
-// What Glibc's Swift module leaves out: the filesystem type of an open file (`fstatfs(2)`, in
-// <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), an open file
+// What Glibc's Swift module leaves out: the filesystem type of an open file or a path (`fstatfs(2)`,
+// `statfs(2)`, in <sys/vfs.h>), a rename that never replaces (`renameat2(2)` with `RENAME_NOREPLACE`), an open file
 // description's lock (`F_OFD_SETLK`, a GNU extension, and `fcntl`'s variadic pointer), a shell started
 // with `posix_spawn` in a process group of its own, `accept4`, `malloc_trim` (<malloc.h>), and
 // `prctl(2)` (variadic in glibc, so not imported).
@@ -30,6 +30,27 @@ static inline long jobctl_filesystem_type(int fd) {
 /// `prctl(PR_SET_DUMPABLE, dumpable)`: 0 turns core dumps (and same-user ptrace) off for this process.
 static inline int jobctl_set_dumpable(int dumpable) {
     return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL);
+}
+
+/// `jobctl_filesystem_type` of the folder at `path` (`statfs(2)`, links followed), or -1 when it fails.
+static inline long jobctl_path_filesystem_type(const char *path) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    return (long)info.f_type;
+}
+
+#ifndef O_PATH
+#define O_PATH 010000000
+#endif
+
+/// `jobctl_filesystem_type` of the entry `name` in the folder `directory` itself (a link is not
+/// followed), opened `O_PATH`: nothing of it is read, and a FIFO or device is not opened; -1 when it fails.
+static inline long jobctl_filesystem_type_at(int directory, const char *name) {
+    int fd = openat(directory, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    long type = jobctl_filesystem_type(fd);
+    close(fd);
+    return type;
 }
 
 /// `renameat2(directory, from, directory, to, RENAME_NOREPLACE)`: `from` takes the name `to` only while

@@ -1,3 +1,4 @@
+import CFileSystem
 import Foundation
 import JobModel
 
@@ -9,6 +10,13 @@ import JobModel
 /// (`DirectoryEntries`: no String, so no job, can name them). The folder itself may be reached through
 /// a link: the user named it.
 ///
+/// Files the kernel makes as they are read (procfs, sysfs, cgroup2, …: `FileKind.generatedFilesystem`),
+/// which upload-file refuses by themselves, are skipped too, and named: a folder of such a filesystem
+/// mounted inside the tree is skipped whole, and a root folder on one refuses the walk (`generated`).
+/// The filesystem is asked once a folder (`fstatfs` of its descriptor), and of a file only when its device
+/// is not its folder's (a file mounted over one). With `checkingReadable`, a file the submitting user may
+/// not read is listed in `unreadable` (a job of it fails when it runs, as a single such source is refused).
+///
 /// Each folder below it is opened from its parent's descriptor (`openat` with `O_NOFOLLOW`) and each entry
 /// looked at from there (`fstatat`), so a walk goes as deep as the folders go: a path of PATH_MAX bytes
 /// or more could not be looked up whole (ENAMETOOLONG), and the folder there was taken for "a FIFO, or
@@ -17,8 +25,11 @@ import JobModel
 /// being gone stops the walk, saying why.
 enum LocalTree {
     /// What a walk left out, and why.
-    enum Skip: Equatable, CaseIterable {
+    enum Skip: Hashable {
         case symbolicLink, device, socket, fifo, notRegular, undecodableName, changed
+        /// A file, or a folder mounted in the tree, on a filesystem the kernel makes as it is read (its
+        /// name, from `FileKind.generatedFilesystem`).
+        case generated(String)
 
         /// As it is said of one entry: "a symbolic link".
         var what: String {
@@ -30,6 +41,7 @@ enum LocalTree {
             case .notRegular: "not a regular file"
             case .undecodableName: "a name that is not valid UTF-8, which no job can name: rename it"
             case .changed: "removed, or replaced by a link or a file, while the folder was listed"
+            case .generated(let filesystem): "on \(filesystem), whose files the kernel makes as they are read"
             }
         }
 
@@ -44,8 +56,23 @@ enum LocalTree {
             case .notRegular: one ? "entry that is not a regular file" : "entries that are not regular files"
             case .undecodableName: one ? "name that is not valid UTF-8" : "names that are not valid UTF-8"
             case .changed: one ? "entry changed while listed" : "entries changed while listed"
+            case .generated(let filesystem): one ? "entry on \(filesystem)" : "entries on \(filesystem)"
             }
             return "\(count) \(noun)"
+        }
+
+        /// Where its count stands in a note: the kinds in the order above, filesystems by name after them.
+        fileprivate var order: (Int, String) {
+            switch self {
+            case .symbolicLink: (0, "")
+            case .device: (1, "")
+            case .socket: (2, "")
+            case .fifo: (3, "")
+            case .notRegular: (4, "")
+            case .undecodableName: (5, "")
+            case .changed: (6, "")
+            case .generated(let filesystem): (7, filesystem)
+            }
         }
     }
 
@@ -59,9 +86,13 @@ enum LocalTree {
         /// Files `accept` took whose absolute path the kernel refuses (PATH_MAX bytes or more), relative to
         /// the root, with `LocalPathBounds`'s words for why; in byte order.
         var tooLong: [(path: String, problem: String)] = []
+        /// Files `accept` took that the submitting user may not read (when the walk checked), relative to
+        /// the root, with why (from errno); in byte order. Also in `files`.
+        var unreadable: [(path: String, reason: String)] = []
 
         static func == (lhs: Listing, rhs: Listing) -> Bool {
             lhs.files == rhs.files && lhs.skipped.map(\.path) == rhs.skipped.map(\.path) && lhs.tooLong.map(\.path) == rhs.tooLong.map(\.path)
+                && lhs.unreadable.map(\.path) == rhs.unreadable.map(\.path)
         }
 
         /// What was left out, for a note after "skipped": the first entry and what it is, then how many
@@ -72,10 +103,8 @@ enum LocalTree {
             var text = "'\(first.path)' (\(first.kind.what))"
             if skipped.count > 1 {
                 let rest = skipped.dropFirst()
-                let counts = Skip.allCases.compactMap { kind -> String? in
-                    let count = rest.count { $0.kind == kind }
-                    return count == 0 ? nil : kind.counted(count)
-                }
+                let kinds = Set(rest.map(\.kind)).sorted { $0.order < $1.order }
+                let counts = kinds.map { kind in kind.counted(rest.count { $0.kind == kind }) }
                 text += " and \(rest.count) more \(rest.count == 1 ? "entry" : "entries"): " + counts.joined(separator: ", ")
             }
             var advice: [String] = []
@@ -84,6 +113,10 @@ enum LocalTree {
             }
             if skipped.contains(where: { $0.kind == .undecodableName }) {
                 advice.append("a file whose name is not UTF-8 is uploaded once it is renamed")
+            }
+            if skipped.contains(where: { if case .generated = $0.kind { true } else { false } }) {
+                advice.append("such a file's size is not its content, so its upload would store an empty or cut object: "
+                              + "copy what you need to regular files and upload those")
             }
             return advice.isEmpty ? text : text + "; " + advice.joined(separator: "; ")
         }
@@ -98,6 +131,9 @@ enum LocalTree {
         case tooMany(Int)
         /// Folders nested deeper than `maximumDepth`.
         case tooDeep(String)
+        /// The root folder is on a filesystem the kernel makes as it is read (its name): nothing in it can
+        /// be uploaded.
+        case generated(String)
     }
 
     /// Folders deeper than this are refused (without links there are no loops; this bounds the walk, and
@@ -107,16 +143,28 @@ enum LocalTree {
     /// A folder of the walk, open; closed when nothing below it is left to open.
     private final class OpenFolder {
         let descriptor: Int32
-        init(_ descriptor: Int32) { self.descriptor = descriptor }
+        /// Its device (`st_dev`): a file on another one is mounted over one of the folder's, and its
+        /// filesystem is asked.
+        let device: UInt64
+        init(_ descriptor: Int32) {
+            self.descriptor = descriptor
+            var info = stat()
+            device = fstat(descriptor, &info) == 0 ? UInt64(info.st_dev) : UInt64.max
+        }
         deinit { close(descriptor) }
     }
 
     /// Walks `root` (absolute). `accept` sees each regular file's relative path; only accepted files are
-    /// kept and counted against `limit`.
-    static func walk(_ root: String, limit: Int, accept: (String) -> Bool) throws(Failure) -> Listing {
+    /// kept and counted against `limit`. With `checkingReadable`, accepted files the submitting user may
+    /// not read are also listed in `unreadable`.
+    static func walk(_ root: String, limit: Int, checkingReadable: Bool = false, accept: (String) -> Bool) throws(Failure) -> Listing {
         var listing = Listing()
         let rootDescriptor = root.withCString { open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard rootDescriptor >= 0 else { throw .unreadable("", reason(errno)) }
+        if let filesystem = FileKind.generatedFilesystem(type: jobctl_filesystem_type(rootDescriptor)) {
+            close(rootDescriptor)
+            throw .generated(filesystem)
+        }
         // Folders still to list: each opened from its parent (kept open until then) by its name.
         var pending: [(parent: OpenFolder, name: String, relative: String, depth: Int)] = []
         var next: (folder: OpenFolder, relative: String, depth: Int)? = (OpenFolder(rootDescriptor), "", 0)
@@ -129,6 +177,13 @@ enum LocalTree {
                     // Gone, or a link or a file put at its name, since it was seen as a folder.
                     guard code == ENOENT || code == ELOOP || code == ENOTDIR else { throw .unreadable(relative, reason(code)) }
                     listing.skipped.append((relative, .changed))
+                    continue
+                }
+                // A folder of procfs, sysfs, cgroup2, … mounted in the tree (one `fstatfs` a folder):
+                // skipped whole, and named, as a device is.
+                if let filesystem = FileKind.generatedFilesystem(type: jobctl_filesystem_type(descriptor)) {
+                    close(descriptor)
+                    listing.skipped.append((relative, .generated(filesystem)))
                     continue
                 }
                 next = (OpenFolder(descriptor), relative, depth)
@@ -161,11 +216,23 @@ enum LocalTree {
                 }
                 switch info.st_mode & S_IFMT {
                 case S_IFREG:
+                    // A file mounted over one of the folder's (a bind mount) is on a filesystem of its
+                    // own: asked only then, as the folder's was asked when it was opened.
+                    if UInt64(info.st_dev) != folder.device,
+                       let filesystem = FileKind.generatedFilesystem(type: name.withCString { jobctl_filesystem_type_at(folder.descriptor, $0) }) {
+                        listing.skipped.append((path, .generated(filesystem)))
+                        continue
+                    }
                     guard accept(path) else { continue }
                     if let problem = LocalPathBounds.problem(root + "/" + path) {
                         listing.tooLong.append((path, problem))
                     } else {
                         listing.files.append(path)
+                        // As a single source is checked: may this user read it (`AT_EACCESS`: as open would)?
+                        if checkingReadable, name.withCString({ faccessat(folder.descriptor, $0, R_OK, AT_EACCESS) }) != 0 {
+                            let code = errno
+                            if code == EACCES || code == EPERM { listing.unreadable.append((path, reason(code))) }
+                        }
                     }
                     if listing.files.count + listing.tooLong.count > limit { throw .tooMany(limit) }
                 case S_IFDIR:
@@ -187,6 +254,7 @@ enum LocalTree {
         listing.files.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         listing.skipped.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
         listing.tooLong.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
+        listing.unreadable.sort { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }
         return listing
     }
 

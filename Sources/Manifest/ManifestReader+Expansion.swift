@@ -39,9 +39,10 @@ extension ManifestReader {
     }
 
     /// One spec per regular file of a folder or glob, destinations under the destination folder; nil specs
-    /// after reporting a problem.
+    /// after reporting a problem. With `checkingSources` (the job's source check is on), a file the
+    /// submitting user may not read refuses the expansion, as such a single source is refused.
     mutating func expandUpload(_ tree: UploadTree, written: Located<String>, template: JobSpec, own: FieldSet,
-                               mark: SourceMark) -> (specs: [JobSpec], notes: [String]) {
+                               mark: SourceMark, checkingSources: Bool = true) -> (specs: [JobSpec], notes: [String]) {
         let quoted = "'source' '\(written.value)'"
         let root: String
         let filter = PathFilter(include: own.include?.value ?? [], exclude: own.exclude?.value ?? [])
@@ -71,19 +72,20 @@ extension ManifestReader {
         guard let destination = folderDestination(own.destination, mark: mark) else { return ([], []) }
         let taken = filter
         if let glob {
-            let listing = walk(root, written: written) { path in glob.matches(path) && taken.takes(path) }
+            let listing = walk(root, written: written, checkingReadable: checkingSources) { path in glob.matches(path) && taken.takes(path) }
             return finish(listing, root: root, source: root + "/" + glob.text, filter: taken, destination: destination,
                           template: template, quoted: quoted, mark: mark, sourceMark: written.valueMark)
         }
-        let listing = walk(root, written: written) { taken.takes($0) }
+        let listing = walk(root, written: written, checkingReadable: checkingSources) { taken.takes($0) }
         return finish(listing, root: root, source: root + "/", filter: taken, destination: destination, template: template,
                       quoted: quoted, mark: mark, sourceMark: written.valueMark)
     }
 
-    private mutating func walk(_ root: String, written: Located<String>, accept: (String) -> Bool) -> LocalTree.Listing? {
+    private mutating func walk(_ root: String, written: Located<String>, checkingReadable: Bool,
+                               accept: (String) -> Bool) -> LocalTree.Listing? {
         let room = max(0, limits.maximumJobs - jobCount)
         do {
-            return try LocalTree.walk(root, limit: room, accept: accept)
+            return try LocalTree.walk(root, limit: room, checkingReadable: checkingReadable, accept: accept)
         } catch {
             switch error {
             case .unreadable(let folder, let reason):
@@ -96,6 +98,12 @@ extension ManifestReader {
                        at: written.valueMark)
             case .tooDeep(let path):
                 report(.limitExceeded, "'source' '\(written.value)' nests folders more than \(LocalTree.maximumDepth) deep (at '\(path)')",
+                       at: written.valueMark)
+            case .generated(let filesystem):
+                // As a single file there is refused: each of its jobs failed when it ran.
+                report(.sourceUnavailable, "'source' '\(written.value)': the folder '\(root)' is on \(filesystem), whose files the kernel "
+                           + "makes as they are read: their size (0 bytes for most of /proc) is not their content, so their uploads "
+                           + "would store empty or cut objects; copy what you need to a folder of regular files (cp -r) and upload that",
                        at: written.valueMark)
             }
             return nil
@@ -118,9 +126,21 @@ extension ManifestReader {
                        + "so no job could open it; move it to a shorter path, or 'exclude:' it", at: sourceMark)
             return ([], notes)
         }
+        // A file the worker could not read, as submit's user: refused as a single such source is (rsync,
+        // rclone and gsutil report such a file as an error, and end in failure, not in a quiet skip).
+        if let first = listing.unreadable.first {
+            let more = listing.unreadable.count > 1 ? " (and \(listing.unreadable.count - 1) more)" : ""
+            report(.sourceUnavailable, "\(quoted): its file '\(TerminalText.printable(first.path))'\(more) cannot be read: \(first.reason); "
+                       + "the worker must be able to read every file it uploads: make it readable, or leave it out with 'exclude:' "
+                       + "(if the worker runs as a user who can read it, add 'check_source: false' to the job)", at: sourceMark)
+            return ([], notes)
+        }
         guard !listing.files.isEmpty else {
             let filtered = filter.include.isEmpty && filter.exclude.isEmpty ? "" : " that 'include'/'exclude' take"
-            report(.emptyExpansion, "\(quoted) holds no regular file\(filtered); nothing would be uploaded", at: mark)
+            // What it skipped, if anything: the note is not printed with an error, and "no regular file"
+            // under /sys/fs/cgroup or /dev said nothing of why.
+            let skipped = listing.skippedText.map { "; skipped \($0)" } ?? ""
+            report(.emptyExpansion, "\(quoted) holds no regular file\(filtered); nothing would be uploaded\(skipped)", at: mark)
             return ([], notes)
         }
         let batch = Self.batchID(key: template.key, nowMs: nowMs)

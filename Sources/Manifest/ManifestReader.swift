@@ -199,6 +199,8 @@ struct ManifestReader {
     private(set) var errors: ManifestErrorCollector
     /// Jobs made so far, expansions included, against `limits.maximumJobs`.
     var jobCount = 0
+    /// The links of /proc local paths lead through, their folders remembered.
+    private var processLinks = ProcessLinks()
     /// Idempotency keys seen so far, with the position of the job that used each first.
     /// Keyed by bytes, as the log keys jobs: `==` calls NFC and NFD spellings of one name equal.
     private var idempotencyKeys: [UTF8Key: SourceMark] = [:]
@@ -514,7 +516,8 @@ struct ManifestReader {
             let sourceText = require(.source, in: own, kind: kind, at: mark, what: "the local file to upload")
             let sourcePath = sourceText.flatMap { localPath($0, field: .source, kind: kind) }
             if let sourceText, let sourcePath, let tree = Self.uploadTree(sourcePath) {
-                let specs = expandUpload(tree, written: sourceText, template: spec, own: own, mark: mark)
+                let specs = expandUpload(tree, written: sourceText, template: spec, own: own, mark: mark,
+                                         checkingSources: checksSources && (fields.checkSource?.value ?? true))
                 return errors.reportCount == errorCount ? ReadJob(specs: specs.specs, mark: mark, notes: specs.notes) : nil
             }
             reportFiltersWithoutExpansion(own)
@@ -932,6 +935,10 @@ struct ManifestReader {
         if let problem = LocalPathBounds.problem(bounded) {
             return fail(&self, problem)
         }
+        // `/dev/stdin`, `/dev/fd/3`, `/proc/self/cwd/x`: a file of whichever process follows the path.
+        if let link = processLinks.link(in: bounded) {
+            return fail(&self, "'\(text.value)' \(ProcessLinks.refusal(link, reading: field == .source))")
+        }
         let writtenAsFolder = path.hasSuffix("/") || path.hasSuffix("/.") || path == "." || path.hasSuffix("/..") || path == ".."
         if field == .source {
             // A folder written as one keeps a trailing `/`: `uploadTree` expands it.
@@ -962,6 +969,11 @@ struct ManifestReader {
             }
             if let problem = LocalPathBounds.problem(standardized) {
                 return fail(&self, "'\(text.value)' is a folder, and with the object's name the path \(problem); write a shorter one")
+            }
+            // The folder was looked at above; the object's name may be a link of its own (`/dev/` + `stdout`).
+            if let link = processLinks.link(in: standardized) {
+                return fail(&self, "'\(text.value)' is a folder, and with the object's name the path '\(standardized)' "
+                            + ProcessLinks.refusal(link, reading: false))
             }
         }
         if standardized == "/" {

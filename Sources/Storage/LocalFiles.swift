@@ -69,15 +69,29 @@ enum LocalFiles {
     static func openRegularForReading(_ path: String, followingLinks: Bool = true, allowingDirectories: Bool = true)
         -> (descriptor: Int32, info: stat, notRegular: String?) {
         let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW))
-        return regularOnly(descriptor, allowingDirectories: allowingDirectories)
+        return regularOnly(descriptor, allowingDirectories: allowingDirectories) { info in
+            followingLinks ? stat(path, &info) : lstat(path, &info)
+        }
     }
 
     /// `descriptor` (opened `O_RDONLY | O_NONBLOCK`, or negative with `errno` set) as
     /// `openRegularForReading` answers: with its `fstat`, blocking again when it is a regular file (or an
     /// allowed directory), else closed, with what it is.
-    static func regularOnly(_ descriptor: Int32, allowingDirectories: Bool) -> (descriptor: Int32, info: stat, notRegular: String?) {
+    ///
+    /// An open that failed with ENXIO was refused for what is there: the kernel will not open a socket
+    /// (nor a device with no driver behind it). `lookUp` (a `stat` of what was opened, filling its
+    /// argument, 0 on success) then says what that is, answered as a FIFO is: a swapped-in socket was
+    /// "No such device or address" (`internalError` over HTTP and gs://, `unknown` on file://), and the
+    /// socket case below it unreachable.
+    static func regularOnly(_ descriptor: Int32, allowingDirectories: Bool, lookUp: (inout stat) -> Int32)
+        -> (descriptor: Int32, info: stat, notRegular: String?) {
         var info = stat()
-        guard descriptor >= 0 else { return (-1, info, nil) }
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ENXIO, lookUp(&info) == 0, let kind = notRegularKind(info.st_mode) { return (-1, info, kind) }
+            errno = code
+            return (-1, stat(), nil)
+        }
         guard fstat(descriptor, &info) == 0 else {
             let code = errno
             Glibc.close(descriptor)
@@ -87,11 +101,23 @@ enum LocalFiles {
         let kind = info.st_mode & S_IFMT
         guard kind == S_IFREG || (kind == S_IFDIR && allowingDirectories) else {
             Glibc.close(descriptor)
-            return (-1, info, kind == S_IFIFO ? "a FIFO" : kind == S_IFSOCK ? "a socket" : kind == S_IFDIR ? "a directory" : "a device")
+            return (-1, info, notRegularKind(info.st_mode) ?? "a device")
         }
         // The file status flags opened were O_RDONLY | O_NONBLOCK: clearing them all clears O_NONBLOCK alone.
         _ = fcntl(descriptor, F_SETFL, 0)
         return (descriptor, info, nil)
+    }
+
+    /// What `regularOnly` calls a file of `mode` that is not a regular file: "a FIFO", "a socket", "a
+    /// directory" or "a device"; nil for a regular file.
+    private static func notRegularKind(_ mode: mode_t) -> String? {
+        switch mode & S_IFMT {
+        case S_IFREG: nil
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        case S_IFDIR: "a directory"
+        default: "a device"
+        }
     }
 
     /// Opens an upload's source for reading, as `openRegularForReading` does. A file a folder or glob
@@ -136,6 +162,12 @@ enum LocalFiles {
             return StorageError(.internalError,
                                 "disk full while \(operation) '\(path)': free space on that filesystem, then retry the job",
                                 cause: cause)
+        case EACCES where context == .source, EPERM where context == .source:
+            // An upload's local source the worker may not read is a path problem, as HTTP and gs:// say
+            // (`posixError`); `unauthorized` is the bucket's answer (a file:// bucket folder not writable).
+            return StorageError(.pathError,
+                                "permission denied while \(operation) the source '\(path)': check the file's owner and mode, "
+                                    + "and that the worker's user can read it", cause: cause)
         case EACCES, EPERM:
             return StorageError(.unauthorized,
                                 "permission denied while \(operation) '\(path)': check the file's owner and mode", cause: cause)

@@ -305,7 +305,9 @@ final class SafeDirectory {
         try Self.checkName(name)
         let fd = name.withCString { openat(descriptor, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         if fd < 0 && errno == ELOOP { throw linkRefused(childPath(name)) }
-        return LocalFiles.regularOnly(fd, allowingDirectories: false)
+        return LocalFiles.regularOnly(fd, allowingDirectories: false) { info in
+            name.withCString { fstatat(descriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }
+        }
     }
 
     /// `renameat(2)` within this directory: `to` is replaced atomically by `from`, whatever it was (a

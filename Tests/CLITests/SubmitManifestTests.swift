@@ -457,6 +457,109 @@ import Glibc
         #expect(output.stderr.contains("permission denied"))
     }
 
+    /// A file the submitting user may not read inside a folder upload was taken, and its job failed when
+    /// it ran, while the same file named by itself is refused at submit: the folder upload is refused too,
+    /// naming it (rsync and rclone report such a file as a failure, not a skip), and 'exclude:' takes it out.
+    @Test func anUnreadableFileInAFolderUploadIsRefusedNamingIt() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("up/open.csv", "a,b\n")
+        let secret = try workspace.write("up/private/secret.csv", "x\n")
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-file, source: up/, destination: gs://bkt/up/}\n")
+        let excluding = try workspace.write("excluding.yaml", "- {kind: upload-file, source: up/, destination: gs://bkt/up/, exclude: [secret.csv]}\n")
+        for path in [workspace.directory.path, workspace.directory.file("up"), workspace.directory.file("up/private")] { chmod(path, 0o755) }
+        for path in [manifest, excluding, workspace.directory.file("up/open.csv")] { chmod(path, 0o644) }
+        chmod(secret, 0o000)
+        func submit(_ manifest: String) throws -> ProcessOutput {
+            let arguments = [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "--dry-run", manifest]
+            return getuid() == 0
+                ? try runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups"] + arguments,
+                                 environment: ["NO_COLOR": "1"], currentDirectory: "/")
+                : try runProcess(arguments[0], Array(arguments.dropFirst()), environment: ["NO_COLOR": "1"])
+        }
+        let refused = try submit(manifest)
+        #expect(refused.status == 65, "\(refused.stdout)\(refused.stderr)")
+        #expect(refused.stderr.contains("jobs.yaml:1:31: error: 'source' 'up/': its file 'private/secret.csv' cannot be read: "
+                                        + "permission denied; the worker must be able to read every file it uploads"), "\(refused.stderr)")
+        let excluded = try submit(excluding)
+        #expect(excluded.status == 0, "\(excluded.stderr)")
+        #expect(excluded.stdout.contains("up/open.csv") && !excluded.stdout.contains("secret"), "\(excluded.stdout)")
+    }
+
+    /// A source the worker may not read when the job runs failed `unauthorized (-13021)` on file:// and
+    /// `pathError (-13053)` over HTTP and gs://: the same local file, two answers. It is a `pathError` on
+    /// every backend (a file:// bucket folder the worker may not write stays `unauthorized`). The worker
+    /// runs as `nobody` when the tests run as root (root reads everything).
+    @Test func aSourceTheWorkerCannotReadIsAPathErrorOnEveryBackend() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let source = try workspace.write("secret.csv", "a,b\n")
+        try FileManager.default.createDirectory(atPath: workspace.directory.file("buckets/b"), withIntermediateDirectories: true)
+        let ids = try workspace.submit("""
+        - {kind: upload-file, source: \(source), destination: file://b/secret.csv}
+        - {kind: upload-file, source: \(source), destination: \(server.baseURL)/secret.csv}
+        """)
+        #expect(ids.count == 2)
+        let worker = [PackagePaths.jobctlBinary, "--db", workspace.database, "worker", "--drain"]
+        let environment = ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let drained: ProcessOutput
+        if getuid() == 0 {
+            let nobody = try #require(getpwnam("nobody")).pointee
+            #expect(try runProcess("/bin/chown", ["-R", "\(nobody.pw_uid):\(nobody.pw_gid)", workspace.directory.path]).status == 0)
+            chown(source, 0, 0)
+            chmod(source, 0o600)
+            drained = try runProcess("/usr/bin/setpriv", ["--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)", "--clear-groups"] + worker,
+                                     environment: environment, currentDirectory: "/")
+        } else {
+            chmod(source, 0o000)
+            drained = try runProcess(worker[0], Array(worker.dropFirst()), environment: environment)
+        }
+        #expect(drained.status == 2, "a drain whose jobs failed exits 2: \(drained.stderr)")
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 2)
+        for job in jobs {
+            let error = try #require(job["error"] as? [String: Any], "\(job)")
+            #expect(job["state"] as? String == "failed", "\(job)")
+            #expect(error["name"] as? String == "pathError" && error["code"] as? Int == -13053, "\(job)")
+            #expect((error["message"] as? String)?.contains("permission denied") == true, "\(job)")
+        }
+    }
+
+    /// `jobctl submit m.yaml < a.bin` with `source: /dev/stdin` was accepted after checking a.bin (100,000
+    /// bytes); the worker, whose standard input was another file, uploaded that (3 bytes) and succeeded.
+    /// Every local path that leads through a link of /proc is refused at its position, a download's
+    /// destination too; a folder on procfs is refused as its files are.
+    @Test func aStandardInputSourceIsRefusedNotCheckedAsTheFileSubmitReads() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let input = workspace.directory.file("a.bin")
+        try patternData(100_000, seed: 3).write(to: URL(fileURLWithPath: input))
+        try workspace.write("c.txt", "c\n")
+        let manifest = try workspace.write("jobs.yaml", """
+        - {kind: upload-file, source: /dev/stdin, destination: gs://bkt/stdin.bin}
+        - {kind: upload-file, source: /proc/self/cwd/c.txt, destination: gs://bkt/c.txt, check_source: false}
+        - {kind: download-file, source: gs://bkt/a.txt, destination: /dev/stdout}
+        - {kind: upload-file, source: /proc/sys/kernel/random/, destination: gs://bkt/random/}
+        - {kind: upload-file, source: c.txt, destination: gs://bkt/kept.txt}
+
+        """)
+        let output = try runProcess("/bin/sh", ["-c", "exec \"$0\" --db \"$1\" submit \"$2\" < \"$3\"",
+                                                PackagePaths.jobctlBinary, workspace.database, manifest, input],
+                                    environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+        #expect(output.status == 65, "\(output.stdout)\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:1:31: error: 'source' '/dev/stdin' leads through '/proc/self', a link the kernel's "
+                                       + "/proc makes to whichever process follows it"), "\(output.stderr)")
+        #expect(output.stderr.contains("it names a file of the submitting process"), "\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:2:31: error: 'source' '/proc/self/cwd/c.txt' leads through '/proc/self'"), "\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:3:62: error: 'destination' '/dev/stdout' leads through '/proc/self'"), "\(output.stderr)")
+        #expect(output.stderr.contains("jobs.yaml:4:31: error: 'source' '/proc/sys/kernel/random/': the folder '/proc/sys/kernel/random' "
+                                       + "is on procfs"), "\(output.stderr)")
+        #expect(output.stderr.contains("4 errors generated."), "\(output.stderr)")
+        #expect(try workspace.jobctl(["list"]).stdout.split(separator: "\n").count <= 1, "something was submitted")
+    }
+
     // MARK: - Secrets
 
     @Test func secretsNeverReachStandardError() throws {

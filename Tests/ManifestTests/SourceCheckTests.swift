@@ -108,8 +108,9 @@ import TestSupport
         ("dangling.csv", .sourceUnavailable, "'source' 'dangling.csv' is a symbolic link to 'gone.csv', which does not exist"),
         ("pipe", .sourceUnavailable, "'source' 'pipe' is a FIFO, not a regular file"),
         ("t.csv/inner", .sourceUnavailable, "'source' 't.csv/inner' cannot be reached (FOLDER/t.csv/inner): a folder on its path is a file"),
-        // Its size is 0 and its content ~1.5 KB: the upload stored an empty object.
-        ("/proc/self/status", .sourceUnavailable, "'source' '/proc/self/status' is on procfs, whose files the kernel makes as they are "
+        // Its size is 0 and its content a few KB: the upload stored an empty object. (`/proc/self/status`
+        // is refused before that, for the link it leads through: `aPathThroughALinkOfProcIsRefused`.)
+        ("/proc/cpuinfo", .sourceUnavailable, "'source' '/proc/cpuinfo' is on procfs, whose files the kernel makes as they are "
             + "read: their size (0 bytes for most of /proc) is not their content, so an upload would store an empty or cut object; "
             + "copy it to a regular file first"),
     ])
@@ -121,6 +122,62 @@ import TestSupport
         #expect(errors.map { "\($0.line):\($0.column)" } == ["3:13"])
         let expected = message.replacingOccurrences(of: "FOLDER", with: folder.path)
         #expect(errors.first?.message.contains(expected) == true, "\(errors)")
+    }
+
+    /// `/sys/fs/cgroup/unified/cgroup.max.depth` says 0 bytes and holds `max`: it passed the check (only
+    /// procfs, sysfs and a few others were known) and uploaded as an empty object. Every pseudo
+    /// filesystem whose sizes are not its files' content is refused as procfs is.
+    @Test(.enabled(if: CgroupFiles.zeroSizedWithContent != nil, "no cgroup file whose size says 0 while it holds bytes on this machine"))
+    func aCgroupFileIsRefusedAsAProcfsFileIs() throws {
+        let file = try #require(CgroupFiles.zeroSizedWithContent)
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let errors = try #require(folder.parse(source: file).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:13 sourceUnavailable"])
+        #expect(errors.first?.message.contains("'source' '\(file)' is on cgroup") == true, "\(errors)")
+        #expect(errors.first?.message.contains("whose files the kernel makes as they are read") == true, "\(errors)")
+    }
+
+    /// `/dev/stdin` is `/proc/self/fd/0`: submit checked the file its own standard input was, and the
+    /// worker uploaded its own standard input (3 bytes) and succeeded; `/proc/self/cwd/c.txt` was the
+    /// worker's folder's file. A source that leads through a link of /proc is refused at its position,
+    /// whether it is checked (`check_source`) or not, a folder or a glob.
+    @Test(arguments: ["/dev/stdin", "/dev/fd/0", "/proc/self/cwd/t.csv", "/proc/self/status", "/proc/thread-self/root/FOLDER/t.csv",
+                      "/dev/fd/", "'/proc/self/fd/*'", "/proc/1/root/FOLDER/t.csv"])
+    func aPathThroughALinkOfProcIsRefused(_ written: String) throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let source = written.replacingOccurrences(of: "FOLDER", with: folder.path.dropFirst())
+        let link = source.hasPrefix("'/proc/self") || source.hasPrefix("/dev/") || source.hasPrefix("/proc/self") ? "/proc/self"
+            : source.hasPrefix("/proc/thread-self") ? "/proc/thread-self" : "/proc/1/root"
+        for checks in [true, false] {
+            let errors = try #require(folder.parse(source: source, checks: checks).errors,
+                                      "\(source) was accepted")
+            #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["3:13 invalidPath"], "\(source): \(errors)")
+            let message = errors.first?.message ?? ""
+            #expect(message.contains("leads through '\(link)', a link the kernel's /proc makes"), "\(message)")
+            #expect(message.contains("names a file of the submitting process") == (link != "/proc/1/root"), "\(message)")
+        }
+        // The same file by its own path is taken.
+        #expect(try #require(folder.parse(source: folder.path + "/t.csv").jobs).count == 1)
+    }
+
+    /// A download into `/dev/stdout` wrote where the worker's standard output leads; into `/dev/` an object
+    /// named `stdin`, where the worker's standard input leads. Both are refused at the destination.
+    @Test func aDownloadDestinationThroughALinkOfProcIsRefused() throws {
+        let folder = try Folder()
+        defer { folder.directory.remove() }
+        let yaml = """
+        - {kind: download-file, source: gs://bkt/a.txt, destination: /dev/stdout}
+        - {kind: download-file, source: gs://bkt/stdin, destination: /dev/}
+        - {kind: download-file, source: gs://bkt/p/, destination: /proc/self/cwd/restore/}
+        - {kind: download-file, source: gs://bkt/a.txt, destination: /dev/null}
+        """
+        let errors = try #require(ManifestParser(baseDirectory: folder.path).parse(text: yaml, path: "m.yaml").errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["1:62 invalidPath", "2:62 invalidPath", "3:59 invalidPath"], "\(errors)")
+        #expect(errors.allSatisfy { $0.message.contains("leads through '/proc/self'") && $0.message.contains("the worker would write") },
+                "\(errors)")
+        #expect(errors[1].message.contains("'destination' '/dev/' is a folder, and with the object's name the path '/dev/stdin' leads"))
     }
 
     /// Folders and globs expand at submit whatever the check says; one that takes no file is an error at

@@ -61,6 +61,70 @@ struct SpecialFileTests {
         }
     }
 
+    /// The backend for `name` ("file", "http", "gs") and a destination for an object named `object`; the
+    /// servers to stop after.
+    private static func backend(_ name: String, local: LocalBackend, object: String) throws
+        -> (backend: any StorageBackend, destination: String, stop: () -> Void) {
+        switch name {
+        case "http":
+            let server = try NginxServer.start()
+            return (HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)), "\(server.baseURL)/\(object)",
+                    { server.stop() })
+        case "gs":
+            let server = try EmulatorServer.start()
+            return (GCSBackend(configuration: emulatorConfiguration(server)), "gs://\(server.bucket)/\(object)", { server.stop() })
+        default:
+            return (local, "file://b/\(object)", {})
+        }
+    }
+
+    /// A cgroup file (`cgroup.max.depth`: 0 bytes by its size, `max` by its content) uploaded as an empty
+    /// object and the job succeeded, on file://, http and gs://: it is refused as a procfs file is.
+    @Test("an upload whose source is on cgroup or cgroup2 fails at once, on every backend",
+          .enabled(if: CgroupFiles.zeroSizedWithContent != nil, "no cgroup file whose size says 0 while it holds bytes on this machine"),
+          arguments: ["file", "http", "gs"])
+    func cgroupSourceRefused(_ name: String) async throws {
+        let file = try #require(CgroupFiles.zeroSizedWithContent)
+        let (directory, _, local) = try localBuckets("jobctl-cgroup-source")
+        defer { directory.remove() }
+        let (backend, destination, stop) = try Self.backend(name, local: local, object: "depth.txt")
+        defer { stop() }
+        let error = try failure(await run(backend, JobSpec(kind: .uploadFile, source: file, destination: destination)))
+        #expect(error.code == .pathError && error.message.contains("'\(file)' is on cgroup"), "\(error)")
+        #expect(error.message.contains("copy it to a regular file first"), "\(error)")
+        #expect(!error.retryable)
+        if name == "file" {
+            #expect(!FileManager.default.fileExists(atPath: directory.file("b/depth.txt")), "an object was stored")
+        }
+    }
+
+    /// A socket put where a source was after submit: `open` fails with ENXIO, which was "internalError …
+    /// No such device or address" over HTTP and gs:// and "unknown (-13000) opening '…' failed" on
+    /// file://. Every backend now says it is a socket, as it says a FIFO is one (`pathError`, not retried).
+    @Test("an upload whose source became a socket says so, on every backend", arguments: ["file", "http", "gs"])
+    func socketSourceRefused(_ name: String) async throws {
+        let (directory, _, local) = try localBuckets("jobctl-socket-source")
+        defer { directory.remove() }
+        let path = directory.file("source.bin")
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() where index < raw.count - 1 { raw[index] = byte }
+        }
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(listener >= 0)
+        defer { close(listener) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0, "a socket could not be made at \(path)")
+        let (backend, destination, stop) = try Self.backend(name, local: local, object: "source.bin")
+        defer { stop() }
+        let error = try failure(await run(backend, JobSpec(kind: .uploadFile, source: path, destination: destination)))
+        #expect(error.code == .pathError && error.message.contains("'\(path)' is a socket, not a regular file"), "\(error)")
+        #expect(!error.retryable)
+    }
+
     @Test("download-file with skip-identical onto a FIFO is refused and onto a link replaces it, neither waited on nor followed")
     func specialDestinations() async throws {
         let (directory, _, backend) = try localBuckets("jobctl-fifo-destination")
