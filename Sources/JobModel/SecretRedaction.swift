@@ -142,13 +142,45 @@ public enum SecretRedaction {
     /// `text` with every occurrence of each of `secrets` replaced by `REDACTED`, longest first; a
     /// secret shorter than 4 characters is left alone (replacing it would mangle ordinary words). For
     /// what a server, libcurl or libpq says back, which may quote a secret the request carried.
-    public static func scrub(_ text: String, secrets: some Sequence<String>) -> String {
-        let long = Set(secrets.filter { $0.count >= 4 && $0 != marker }).sorted { $0.count > $1.count }
-        var output = text
-        for secret in long where output.contains(secret) {
-            output = output.replacingOccurrences(of: secret, with: marker)
+    ///
+    /// An occurrence may have any of its bytes percent-encoded (`%33` for `3`, `%20` or `+` for a space):
+    /// a server that re-encodes what it quotes (a JSON message with `Bearer%20AT%73…`) would otherwise pass
+    /// the secret through, as exact comparison never matched it.
+    ///
+    /// `cutShort` says `text` was cut from a longer one (an answer read up to a limit): a secret whose
+    /// first bytes (4 or more) end it is replaced too, as the rest of it was never read to match.
+    public static func scrub(_ text: String, secrets: some Sequence<String>, cutShort: Bool = false) -> String {
+        let long = Set(secrets.filter { $0.utf8.count >= 4 && $0 != marker }).sorted { $0.utf8.count > $1.utf8.count }
+        guard !long.isEmpty, !text.isEmpty else { return text }
+        var bytes = Array(text.utf8)
+        var changed = false
+        for secret in long {
+            let pattern = Array(secret.utf8)
+            var output: [UInt8] = []
+            var index = 0
+            var start = 0
+            while index < bytes.count {
+                switch SecretMatch.match(pattern, in: bytes, at: index) {
+                case .whole(let end):
+                    output += bytes[start..<index]
+                    output += marker.utf8
+                    index = end
+                    start = end
+                case .cutShort(let matched) where cutShort && matched >= 4:
+                    output += bytes[start..<index]
+                    output += marker.utf8
+                    index = bytes.count
+                    start = bytes.count
+                default:
+                    index += 1
+                }
+            }
+            guard start > 0 else { continue }
+            output += bytes[start...]
+            bytes = output
+            changed = true
         }
-        return output
+        return changed ? String(decoding: bytes, as: UTF8.self) : text
     }
 
     /// `text` with every URL in it (anything from `scheme://` to the next space, quote or angle
@@ -249,7 +281,7 @@ public enum SecretRedaction {
     /// on the way out). Without any of these bytes `redactURL` returns each URL as it is (it keeps the
     /// scheme, the authority and the path byte for byte), so `redactURLs` returns `text` itself — the
     /// worker's `claimed` line names a plain `file://` or `gs://` source for every job.
-    static func mayHoldSecret(_ text: String) -> Bool {
+    public static func mayHoldSecret(_ text: String) -> Bool {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: ";"), UInt8(ascii: "\\"): return true
@@ -370,4 +402,48 @@ public enum SecretRedaction {
 /// `StorageError` and every URL the CLI displays goes through this one function.
 public func redactedURL(_ url: String) -> String {
     SecretRedaction.redactURL(url)
+}
+
+/// Matching a secret's bytes in a text that may percent-encode any of them (`SecretRedaction.scrub`).
+enum SecretMatch: Equatable {
+    /// The secret ends at this index of the text.
+    case whole(end: Int)
+    /// The text ended after this many of the secret's bytes, all matching.
+    case cutShort(matched: Int)
+    case none
+
+    /// Whether `pattern` starts at `start` of `text`, each of its bytes written as it is or as `%XX`
+    /// (either case), a space also as `+`.
+    static func match(_ pattern: [UInt8], in text: [UInt8], at start: Int) -> SecretMatch {
+        var position = start
+        for (matched, wanted) in pattern.enumerated() {
+            guard position < text.count else { return .cutShort(matched: matched) }
+            let byte = text[position]
+            if byte == wanted {
+                position += 1
+            } else if byte == UInt8(ascii: "+"), wanted == UInt8(ascii: " ") {
+                position += 1
+            } else if byte == UInt8(ascii: "%") {
+                guard position + 2 < text.count else {
+                    // `%` or `%X` at the very end: the encoded byte was cut, which may be this one.
+                    return position + 1 < text.count && hexValue(text[position + 1]) == nil ? .none : .cutShort(matched: matched)
+                }
+                guard let high = hexValue(text[position + 1]), let low = hexValue(text[position + 2]),
+                      high << 4 | low == wanted else { return .none }
+                position += 3
+            } else {
+                return .none
+            }
+        }
+        return .whole(end: position)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
 }

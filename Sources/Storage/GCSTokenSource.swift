@@ -71,6 +71,14 @@ final class GCSTokenSource: Sendable {
         return nil
     }
 
+    /// The tokens requests may have been sent with — the fixed one, or the one cached now — for scrubbing
+    /// what a server sent back (`GCSBackend.perform`); never fetches one.
+    func sentTokens() async -> [String] {
+        if let fixedToken { return [fixedToken] }
+        guard let cache else { return [] }
+        return await cache.cachedToken.map { [$0] } ?? []
+    }
+
     /// A fresh token after the server refused the one sent in `rejectedHeader` (a 401). When another
     /// request already replaced that token, the replacement is returned without fetching again.
     func refresh(replacing rejectedHeader: String?, stoppingOn control: TransferControl? = nil) async throws(TransferFailure) -> String {
