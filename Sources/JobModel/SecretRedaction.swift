@@ -20,6 +20,10 @@ public enum SecretRedaction {
         "sig", "signature", "x-goog-signature", "x-goog-credential", "googleaccessid",
         "upload_id", "uploadid", "code", "session", "sessionid", "session_id", "credential", "credentials",
         "jsessionid", "phpsessid", "sid",
+        // Signed URLs of CDNs and clouds: Akamai's `hdnts` (its `__token__` names a token already),
+        // CloudFront's `Policy` beside its `Signature`, an Azure SAS passed whole (`sas`; its own `sig` is
+        // above), the `auth_key` and `hmac` of other CDNs, client keys and single-use tickets.
+        "auth_key", "hmac", "hdnts", "policy", "client_key", "sas", "ticket",
     ]
 
     /// Name fragments that make any parameter secret (`auth_token`, `X-Upload-Token`, `db_password`, …).
@@ -62,6 +66,48 @@ public enum SecretRedaction {
         var hidden: [Substring] = []
         guard !value.contains("://") else { return redact(value, hidden: &hidden, endpoint: true) }
         return String(redact("http://" + value, hidden: &hidden, endpoint: true).dropFirst("http://".count))
+    }
+
+    /// Text that may hold URLs, or values read as URLs without their scheme (a setting's path
+    /// `/b?token=…`, a proxy's `user:password@host`), with each one's secrets redacted: every URL as
+    /// `redactURLs` does, and each word (between spaces, quotes and brackets trimmed) that is no URL as
+    /// `redactURL` reads it after a scheme — a path's query and path parameters, a host's userinfo
+    /// password. For what shows a value jobctl does not read as a URL (a `config` row, a message quoting
+    /// what it refused): such a value, written with a secret, printed it whole.
+    public static func redactURLLike(_ text: String) -> String {
+        let urls = redactURLs(in: text)
+        guard mayHoldSecret(urls) else { return urls }
+        var output = ""
+        var start = urls.startIndex
+        for index in urls.indices where urls[index].isWhitespace {
+            output += redactWord(urls[start..<index])
+            output.append(urls[index])
+            start = urls.index(after: index)
+        }
+        return output + redactWord(urls[start...])
+    }
+
+    /// One word of `redactURLLike`: redacted as a URL after `file://` (a path) or `http://` (anything
+    /// else) when it is none already, its enclosing quotes and brackets kept as they are.
+    private static func redactWord(_ word: Substring) -> String {
+        guard mayHoldSecret(String(word)), !word.contains("://") else { return String(word) }
+        let opening: Set<Character> = ["'", "\"", "(", "[", "<", "`"]
+        let closing: Set<Character> = ["'", "\"", ")", "]", ">", "`", ",", "."]
+        var core = word
+        while let first = core.first, opening.contains(first) { core = core.dropFirst() }
+        while let last = core.last, closing.contains(last) { core = core.dropLast() }
+        // A bare `name@` is no password outside a URL (`'@'` in a message, an e-mail address, an
+        // `@scope`): kept, as only `user:password@` is read as credentials here.
+        let authorityEnd = core.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? core.endIndex
+        if let at = core[..<authorityEnd].lastIndex(of: "@"), !core[..<at].contains(":") {
+            core = core[core.index(after: at)...]
+        }
+        guard !core.isEmpty else { return String(word) }
+        let scheme = core.hasPrefix("/") ? "file://" : "http://"
+        var hidden: [Substring] = []
+        let redacted = redact(scheme + core, hidden: &hidden)
+        guard !hidden.isEmpty, redacted.hasPrefix(scheme) else { return String(word) }
+        return String(word[..<core.startIndex]) + redacted.dropFirst(scheme.count) + word[core.endIndex...]
     }
 
     /// The secret values `redactEndpoint` hides in `value`, as `secretValues(in:)` gives them.
