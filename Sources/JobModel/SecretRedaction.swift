@@ -27,7 +27,9 @@ public enum SecretRedaction {
     ]
 
     /// Name fragments that make any parameter secret (`auth_token`, `X-Upload-Token`, `db_password`, …).
-    public static let secretNameParts: [String] = ["token", "secret", "password", "passwd", "signature", "credential", "apikey", "api_key", "api-key", "private_key"]
+    /// (`cookie`: a `Cookie:` header or a `cookie=` parameter carries a session.)
+    public static let secretNameParts: [String] = ["token", "secret", "password", "passwd", "signature", "credential", "apikey", "api_key", "api-key",
+                                                   "private_key", "cookie"]
 
     /// Name prefixes whose every parameter is treated as secret (the AWS SigV4 family: `X-Amz-*`).
     public static let secretNamePrefixes: [String] = ["x-amz-"]
@@ -77,14 +79,38 @@ public enum SecretRedaction {
     public static func redactURLLike(_ text: String) -> String {
         let urls = redactURLs(in: text)
         guard mayHoldSecret(urls) else { return urls }
+        // Word by word over the bytes (a message may quote megabytes of a value): only a word holding one
+        // of `mayHoldSecret`'s bytes is looked at as a URL.
         var output = ""
-        var start = urls.startIndex
-        for index in urls.indices where urls[index].isWhitespace {
-            output += redactWord(urls[start..<index])
-            output.append(urls[index])
-            start = urls.index(after: index)
+        var last = urls.startIndex
+        var wordStart = urls.startIndex
+        var flagged = false
+        var index = urls.utf8.startIndex
+        while true {
+            let atEnd = index == urls.utf8.endIndex
+            let byte = atEnd ? UInt8(ascii: " ") : urls.utf8[index]
+            switch byte {
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"):
+                if flagged {
+                    let word = urls[wordStart..<index]
+                    let shown = redactWord(word)
+                    if shown != word {
+                        output += urls[last..<wordStart]
+                        output += shown
+                        last = index
+                    }
+                }
+                flagged = false
+                if !atEnd { wordStart = urls.utf8.index(after: index) }
+            case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: ";"):
+                flagged = true
+            default:
+                break
+            }
+            if atEnd { break }
+            index = urls.utf8.index(after: index)
         }
-        return output + redactWord(urls[start...])
+        return last == urls.startIndex ? urls : output + urls[last...]
     }
 
     /// One word of `redactURLLike`: redacted as a URL after `file://` (a path) or `http://` (anything
