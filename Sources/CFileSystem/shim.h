@@ -125,9 +125,10 @@ static inline int jobctl_pipe_cloexec(int fds[2]) {
 /// Starts `/bin/sh -c command` as the leader of a process group of its own (so everything it starts can
 /// be stopped together), standard input and error on /dev/null, standard output the descriptor `out`,
 /// no other descriptor of this process inherited, its signals unblocked and SIGTERM, SIGINT, SIGHUP,
-/// SIGPIPE and SIGXFSZ at their default action (a worker blocks the first two and ignores the last two).
+/// SIGPIPE and SIGXFSZ at their default action (a worker blocks the first two and ignores the last two),
+/// `environment` (NULL-terminated `NAME=value` strings) its environment.
 /// 0 and the pid in `pid`, or an errno.
-static inline int jobctl_spawn_shell(const char *command, int out, pid_t *pid) {
+static inline int jobctl_spawn_shell(const char *command, int out, char *const environment[], pid_t *pid) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
     int error = posix_spawn_file_actions_init(&actions);
@@ -154,7 +155,7 @@ static inline int jobctl_spawn_shell(const char *command, int out, pid_t *pid) {
         && (error = posix_spawnattr_setpgroup(&attributes, 0)) == 0
         && (error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) == 0) {
         char *const argv[] = {"sh", "-c", (char *)command, NULL};
-        error = posix_spawn(pid, "/bin/sh", &actions, &attributes, argv, environ);
+        error = posix_spawn(pid, "/bin/sh", &actions, &attributes, argv, environment);
     }
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);

@@ -20,10 +20,16 @@ public enum SecretRedaction {
         "sig", "signature", "x-goog-signature", "x-goog-credential", "googleaccessid",
         "upload_id", "uploadid", "code", "session", "sessionid", "session_id", "credential", "credentials",
         "jsessionid", "phpsessid", "sid",
+        // Signed URLs of CDNs and clouds: Akamai's `hdnts` (its `__token__` names a token already),
+        // CloudFront's `Policy` beside its `Signature`, an Azure SAS passed whole (`sas`; its own `sig` is
+        // above), the `auth_key` and `hmac` of other CDNs, client keys and single-use tickets.
+        "auth_key", "hmac", "hdnts", "policy", "client_key", "sas", "ticket",
     ]
 
     /// Name fragments that make any parameter secret (`auth_token`, `X-Upload-Token`, `db_password`, …).
-    public static let secretNameParts: [String] = ["token", "secret", "password", "passwd", "signature", "credential", "apikey", "api_key", "api-key", "private_key"]
+    /// (`cookie`: a `Cookie:` header or a `cookie=` parameter carries a session.)
+    public static let secretNameParts: [String] = ["token", "secret", "password", "passwd", "signature", "credential", "apikey", "api_key", "api-key",
+                                                   "private_key", "cookie"]
 
     /// Name prefixes whose every parameter is treated as secret (the AWS SigV4 family: `X-Amz-*`).
     public static let secretNamePrefixes: [String] = ["x-amz-"]
@@ -62,6 +68,72 @@ public enum SecretRedaction {
         var hidden: [Substring] = []
         guard !value.contains("://") else { return redact(value, hidden: &hidden, endpoint: true) }
         return String(redact("http://" + value, hidden: &hidden, endpoint: true).dropFirst("http://".count))
+    }
+
+    /// Text that may hold URLs, or values read as URLs without their scheme (a setting's path
+    /// `/b?token=…`, a proxy's `user:password@host`), with each one's secrets redacted: every URL as
+    /// `redactURLs` does, and each word (between spaces, quotes and brackets trimmed) that is no URL as
+    /// `redactURL` reads it after a scheme — a path's query and path parameters, a host's userinfo
+    /// password. For what shows a value jobctl does not read as a URL (a `config` row, a message quoting
+    /// what it refused): such a value, written with a secret, printed it whole.
+    public static func redactURLLike(_ text: String) -> String {
+        let urls = redactURLs(in: text)
+        guard mayHoldSecret(urls) else { return urls }
+        // Word by word over the bytes (a message may quote megabytes of a value): only a word holding one
+        // of `mayHoldSecret`'s bytes is looked at as a URL.
+        var output = ""
+        var last = urls.startIndex
+        var wordStart = urls.startIndex
+        var flagged = false
+        var index = urls.utf8.startIndex
+        while true {
+            let atEnd = index == urls.utf8.endIndex
+            let byte = atEnd ? UInt8(ascii: " ") : urls.utf8[index]
+            switch byte {
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"):
+                if flagged {
+                    let word = urls[wordStart..<index]
+                    let shown = redactWord(word)
+                    if shown != word {
+                        output += urls[last..<wordStart]
+                        output += shown
+                        last = index
+                    }
+                }
+                flagged = false
+                if !atEnd { wordStart = urls.utf8.index(after: index) }
+            case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: ";"):
+                flagged = true
+            default:
+                break
+            }
+            if atEnd { break }
+            index = urls.utf8.index(after: index)
+        }
+        return last == urls.startIndex ? urls : output + urls[last...]
+    }
+
+    /// One word of `redactURLLike`: redacted as a URL after `file://` (a path) or `http://` (anything
+    /// else) when it is none already, its enclosing quotes and brackets kept as they are.
+    private static func redactWord(_ word: Substring) -> String {
+        guard mayHoldSecret(String(word)), !word.contains("://") else { return String(word) }
+        let opening: Set<Character> = ["'", "\"", "(", "[", "<", "`"]
+        let closing: Set<Character> = ["'", "\"", ")", "]", ">", "`", ",", "."]
+        var core = word
+        while let first = core.first, opening.contains(first) { core = core.dropFirst() }
+        while let last = core.last, closing.contains(last) { core = core.dropLast() }
+        // A bare `name@` is no password outside a URL (`'@'` in a message, an e-mail address, an
+        // `@scope`): kept, as only `user:password@` is read as credentials here.
+        let authorityEnd = core.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? core.endIndex
+        if let at = core[..<authorityEnd].lastIndex(of: "@"), !core[..<at].contains(":") {
+            core = core[core.index(after: at)...]
+        }
+        guard !core.isEmpty else { return String(word) }
+        let scheme = core.hasPrefix("/") ? "file://" : "http://"
+        var hidden: [Substring] = []
+        let redacted = redact(scheme + core, hidden: &hidden)
+        guard !hidden.isEmpty, redacted.hasPrefix(scheme) else { return String(word) }
+        return String(word[..<core.startIndex]) + redacted.dropFirst(scheme.count) + word[core.endIndex...]
     }
 
     /// The secret values `redactEndpoint` hides in `value`, as `secretValues(in:)` gives them.
@@ -142,13 +214,45 @@ public enum SecretRedaction {
     /// `text` with every occurrence of each of `secrets` replaced by `REDACTED`, longest first; a
     /// secret shorter than 4 characters is left alone (replacing it would mangle ordinary words). For
     /// what a server, libcurl or libpq says back, which may quote a secret the request carried.
-    public static func scrub(_ text: String, secrets: some Sequence<String>) -> String {
-        let long = Set(secrets.filter { $0.count >= 4 && $0 != marker }).sorted { $0.count > $1.count }
-        var output = text
-        for secret in long where output.contains(secret) {
-            output = output.replacingOccurrences(of: secret, with: marker)
+    ///
+    /// An occurrence may have any of its bytes percent-encoded (`%33` for `3`, `%20` or `+` for a space):
+    /// a server that re-encodes what it quotes (a JSON message with `Bearer%20AT%73…`) would otherwise pass
+    /// the secret through, as exact comparison never matched it.
+    ///
+    /// `cutShort` says `text` was cut from a longer one (an answer read up to a limit): a secret whose
+    /// first bytes (4 or more) end it is replaced too, as the rest of it was never read to match.
+    public static func scrub(_ text: String, secrets: some Sequence<String>, cutShort: Bool = false) -> String {
+        let long = Set(secrets.filter { $0.utf8.count >= 4 && $0 != marker }).sorted { $0.utf8.count > $1.utf8.count }
+        guard !long.isEmpty, !text.isEmpty else { return text }
+        var bytes = Array(text.utf8)
+        var changed = false
+        for secret in long {
+            let pattern = Array(secret.utf8)
+            var output: [UInt8] = []
+            var index = 0
+            var start = 0
+            while index < bytes.count {
+                switch SecretMatch.match(pattern, in: bytes, at: index) {
+                case .whole(let end):
+                    output += bytes[start..<index]
+                    output += marker.utf8
+                    index = end
+                    start = end
+                case .cutShort(let matched) where cutShort && matched >= 4:
+                    output += bytes[start..<index]
+                    output += marker.utf8
+                    index = bytes.count
+                    start = bytes.count
+                default:
+                    index += 1
+                }
+            }
+            guard start > 0 else { continue }
+            output += bytes[start...]
+            bytes = output
+            changed = true
         }
-        return output
+        return changed ? String(decoding: bytes, as: UTF8.self) : text
     }
 
     /// `text` with every URL in it (anything from `scheme://` to the next space, quote or angle
@@ -249,7 +353,7 @@ public enum SecretRedaction {
     /// on the way out). Without any of these bytes `redactURL` returns each URL as it is (it keeps the
     /// scheme, the authority and the path byte for byte), so `redactURLs` returns `text` itself — the
     /// worker's `claimed` line names a plain `file://` or `gs://` source for every job.
-    static func mayHoldSecret(_ text: String) -> Bool {
+    public static func mayHoldSecret(_ text: String) -> Bool {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: ";"), UInt8(ascii: "\\"): return true
@@ -370,4 +474,48 @@ public enum SecretRedaction {
 /// `StorageError` and every URL the CLI displays goes through this one function.
 public func redactedURL(_ url: String) -> String {
     SecretRedaction.redactURL(url)
+}
+
+/// Matching a secret's bytes in a text that may percent-encode any of them (`SecretRedaction.scrub`).
+enum SecretMatch: Equatable {
+    /// The secret ends at this index of the text.
+    case whole(end: Int)
+    /// The text ended after this many of the secret's bytes, all matching.
+    case cutShort(matched: Int)
+    case none
+
+    /// Whether `pattern` starts at `start` of `text`, each of its bytes written as it is or as `%XX`
+    /// (either case), a space also as `+`.
+    static func match(_ pattern: [UInt8], in text: [UInt8], at start: Int) -> SecretMatch {
+        var position = start
+        for (matched, wanted) in pattern.enumerated() {
+            guard position < text.count else { return .cutShort(matched: matched) }
+            let byte = text[position]
+            if byte == wanted {
+                position += 1
+            } else if byte == UInt8(ascii: "+"), wanted == UInt8(ascii: " ") {
+                position += 1
+            } else if byte == UInt8(ascii: "%") {
+                guard position + 2 < text.count else {
+                    // `%` or `%X` at the very end: the encoded byte was cut, which may be this one.
+                    return position + 1 < text.count && hexValue(text[position + 1]) == nil ? .none : .cutShort(matched: matched)
+                }
+                guard let high = hexValue(text[position + 1]), let low = hexValue(text[position + 2]),
+                      high << 4 | low == wanted else { return .none }
+                position += 3
+            } else {
+                return .none
+            }
+        }
+        return .whole(end: position)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
 }

@@ -27,11 +27,16 @@ enum SecretText {
 
     // MARK: - Entry points
 
-    /// `text` with the secrets of every URL in it redacted (for messages, which quote values).
+    /// `text` with the secrets of every URL in it redacted (for messages, which quote values), and those
+    /// of words that are no URL but hold a query or path parameters (`'https:/h/x?token=…' is not a storage
+    /// URL`, a value quoted without its scheme): `SecretRedaction.redactURLLike`.
     static func redacted(_ text: String) -> String {
-        guard text.containsUTF8("://") else { return text }
-        let scalars = Array(text.unicodeScalars)
-        return String(String.UnicodeScalarView(apply(urlSpans(in: scalars), to: scalars).scalars))
+        var output = text
+        if text.containsUTF8("://") {
+            let scalars = Array(text.unicodeScalars)
+            output = String(String.UnicodeScalarView(apply(urlSpans(in: scalars), to: scalars).scalars))
+        }
+        return SecretRedaction.redactURLLike(output)
     }
 
     /// A source line with its secrets redacted, and the 1-based column under which the caret for
@@ -52,7 +57,21 @@ enum SecretText {
 
         init(_ line: String) {
             let original = Array(line.unicodeScalars)
-            let spans = line.utf8.contains(UInt8(ascii: ":")) ? SecretText.merged(SecretText.urlSpans(in: original) + SecretText.keySpans(in: original)) : []
+            // Each scan only where the bytes it looks for are: a line may be megabytes long.
+            var colon = false, parameters = false, escape = false
+            for byte in line.utf8 {
+                switch byte {
+                case UInt8(ascii: ":"): colon = true
+                case UInt8(ascii: "?"), UInt8(ascii: ";"): parameters = true
+                case UInt8(ascii: "\\"): escape = true
+                default: continue
+                }
+            }
+            var found: [Range<Int>] = []
+            if colon { found += SecretText.urlSpans(in: original) + SecretText.keySpans(in: original) }
+            if parameters { found += SecretText.parameterLikeSpans(in: original) }
+            if escape { found += SecretText.escapedScalarSpans(in: original) }
+            let spans = found.isEmpty ? [] : SecretText.merged(found)
             if spans.isEmpty {
                 scalars = original
                 map = nil
@@ -125,6 +144,132 @@ enum SecretText {
             partStart = partEnd + 1
         }
         return spans
+    }
+
+    /// Spans of secret parameter values in words that are no URL: after the first `?` or `;` of a run of
+    /// non-blank scalars (quotes and flow brackets end it), as in a URL's query and path parameters. A
+    /// malformed scheme (`https:/h/x?token=…`, one slash) had no `://` for `urlSpans` to find, and its
+    /// refused value was quoted whole.
+    fileprivate static func parameterLikeSpans(in scalars: [Unicode.Scalar]) -> [Range<Int>] {
+        var spans: [Range<Int>] = []
+        var index = 0
+        while index < scalars.count {
+            guard !endsWord(scalars[index]) else {
+                index += 1
+                continue
+            }
+            var end = index
+            while end < scalars.count, !endsWord(scalars[end]) { end += 1 }
+            if let mark = (index..<end).first(where: { scalars[$0] == "?" || scalars[$0] == ";" }) {
+                spans += parameterSpans(in: scalars, from: mark + 1, to: end)
+            }
+            index = end
+        }
+        return spans
+    }
+
+    private static func endsWord(_ scalar: Unicode.Scalar) -> Bool {
+        endsURL(scalar) || "{}[]".unicodeScalars.contains(scalar)
+    }
+
+    /// Spans of the content of double-quoted scalars written with an escape whose decoded value holds a
+    /// secret (`SecretRedaction.redactURLLike` would change it, or it reads `name=value` with a secret's name): `"http://u:pw\x40h/x"` or `"?tok\x65n=…"`
+    /// hid the `@` or the name from the scans of the raw text, which quoted the line with the password
+    /// in it while the value itself was refused for it. Such a scalar is shown as `REDACTED` whole.
+    fileprivate static func escapedScalarSpans(in scalars: [Unicode.Scalar]) -> [Range<Int>] {
+        var spans: [Range<Int>] = []
+        var previous: Unicode.Scalar?
+        var index = 0
+        while index < scalars.count {
+            let scalar = scalars[index]
+            if scalar == "#", index == 0 || scalars[index - 1].properties.isWhitespace { break }
+            guard scalar == "\"", previous.map({ ":-{[,?".unicodeScalars.contains($0) }) ?? true else {
+                if scalar == "'" , previous.map({ ":-{[,?".unicodeScalars.contains($0) }) ?? true {
+                    // A single-quoted scalar has no escapes: skipped whole (`''` is its quote).
+                    var end = index + 1
+                    while end < scalars.count {
+                        if scalars[end] == "'" {
+                            if end + 1 < scalars.count, scalars[end + 1] == "'" { end += 2; continue }
+                            break
+                        }
+                        end += 1
+                    }
+                    index = end + 1
+                    previous = "'"
+                    continue
+                }
+                if !scalar.properties.isWhitespace { previous = scalar }
+                index += 1
+                continue
+            }
+            var end = index + 1
+            var escaped = false
+            while end < scalars.count, scalars[end] != "\"" {
+                if scalars[end] == "\\" {
+                    escaped = true
+                    end += 1
+                }
+                end += 1
+            }
+            let content = (index + 1)..<min(end, scalars.count)
+            // One whose escapes do not decode (libyaml refuses it) is elided too: what it holds is unknown.
+            if escaped, !content.isEmpty {
+                let decoded = decodedDoubleQuoted(scalars[content])
+                if decoded.map({ SecretRedaction.redactURLLike($0) != $0 || keyValueHoldsSecret($0) }) ?? true {
+                    spans.append(content)
+                }
+            }
+            index = end + 1
+            previous = "\""
+        }
+        return spans
+    }
+
+    /// Whether a decoded scalar reads `name: value` or `name=value` with a name like a secret's.
+    private static func keyValueHoldsSecret(_ text: String) -> Bool {
+        guard let separator = text.firstIndex(where: { $0 == ":" || $0 == "=" }) else { return false }
+        let name = text[..<separator].trimmingCharacters(in: .whitespaces)
+        return !name.isEmpty && isSecretName(name)
+    }
+
+    /// A double-quoted YAML scalar's content (one line of it) decoded: its escapes (`\xXX`, `\uXXXX`,
+    /// `\UXXXXXXXX`, `\n`, `\"`, …) as libyaml reads them; nil when one is not an escape YAML has.
+    static func decodedDoubleQuoted(_ content: ArraySlice<Unicode.Scalar>) -> String? {
+        var output = String.UnicodeScalarView()
+        var index = content.startIndex
+        while index < content.endIndex {
+            let scalar = content[index]
+            index += 1
+            guard scalar == "\\" else {
+                output.append(scalar)
+                continue
+            }
+            guard index < content.endIndex else { return nil }
+            let code = content[index]
+            index += 1
+            let simple: [Unicode.Scalar: Unicode.Scalar] = [
+                "0": "\u{0}", "a": "\u{7}", "b": "\u{8}", "t": "\t", "\t": "\t", "n": "\n", "v": "\u{B}", "f": "\u{C}",
+                "r": "\r", "e": "\u{1B}", " ": " ", "\"": "\"", "/": "/", "\\": "\\", "N": "\u{85}", "_": "\u{A0}",
+                "L": "\u{2028}", "P": "\u{2029}",
+            ]
+            if let plain = simple[code] {
+                output.append(plain)
+                continue
+            }
+            let width: Int
+            switch code {
+            case "x": width = 2
+            case "u": width = 4
+            case "U": width = 8
+            default: return nil
+            }
+            guard content.endIndex - index >= width else { return nil }
+            let digits = String(String.UnicodeScalarView(content[index..<(index + width)]))
+            guard let value = UInt32(digits, radix: 16), let decoded = Unicode.Scalar(value) else { return nil }
+            output.append(decoded)
+            index += width
+        }
+        return String(output)
     }
 
     /// Spans of values of YAML keys named like secrets: `password: x`, `{token: "x", a: b}`, `- api_key: 'x'`.

@@ -41,6 +41,12 @@ struct AccessTokenState {
         self.margin = margin
     }
 
+    /// The token cached now, if any (for scrubbing what a server sent back: `GCSTokenSource.sentTokens`).
+    var cachedToken: String? {
+        if case .cached(let token, _) = state { return token }
+        return nil
+    }
+
     /// A request needs a token at `now`.
     mutating func tokenRequested(at now: ContinuousClock.Instant) -> Action {
         switch state {
@@ -106,6 +112,9 @@ actor AccessTokenCache {
     func token(stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {
         try await perform(state.tokenRequested(at: now()), stoppingOn: control)
     }
+
+    /// The token cached now, if any; never fetches one.
+    var cachedToken: String? { state.cachedToken }
 
     /// A token to retry with after the server refused `rejected` (a stop as in `token(stoppingOn:)`).
     func token(replacing rejected: String, stoppingOn control: TransferControl?) async throws(TransferFailure) -> String {

@@ -385,7 +385,6 @@ private final class CurlExchange: @unchecked Sendable {
     /// Bytes of response headers received: they move too (libcurl's progress counts only bodies, so a
     /// server trickling its headers was "no data" while it sent them).
     private var headerBytes: Int64 = 0
-    private static let errorBodyLimit = 64 * 1024
 
     private enum TransferLimit: Equatable {
         /// Too little moved over the last stall window (nothing, or below the minimum rate).
@@ -711,8 +710,8 @@ private final class CurlExchange: @unchecked Sendable {
                 return false
             }
             body.append(contentsOf: bytes)
-        } else if body.count < Self.errorBodyLimit {
-            body.append(contentsOf: bytes.prefix(Self.errorBodyLimit - body.count))
+        } else if body.count < HTTPResponse.errorBodyLimit {
+            body.append(contentsOf: bytes.prefix(HTTPResponse.errorBodyLimit - body.count))
         }
         return true
     }
@@ -879,7 +878,7 @@ private final class CurlExchange: @unchecked Sendable {
     static func isShortBody(status: Int, _ headers: [String: String]) -> Bool {
         if status == 204 { return true }
         guard let length = headers["content-length"].flatMap({ Int64($0) }) else { return false }
-        return length <= Int64(errorBodyLimit)
+        return length <= Int64(HTTPResponse.errorBodyLimit)
     }
 
     /// Whether a header line now is a trailer of a chunked answer with no body byte: the final answer's

@@ -10,20 +10,32 @@ import Glibc
 /// without the secrets the request carried (a server may quote its `Authorization` header, or the signed
 /// target it was asked for) and with every URL in it redacted: as an error's message and cause it is
 /// stored in the log and shown.
+///
+/// A text body is cut to `shownTextLength` characters only after that: cut first, a secret running
+/// across the cut was printed up to it, as only whole secrets are matched.
 func serverMessage(_ response: HTTPResponse) -> String? {
-    rawServerMessage(response).map { SecretRedaction.redactURLs(in: SecretRedaction.scrub($0, secrets: response.requestSecrets)) }
+    guard let raw = rawServerMessage(response) else { return nil }
+    let scrubbed = SecretRedaction.redactURLs(in: SecretRedaction.scrub(raw.text, secrets: response.requestSecrets,
+                                                                        cutShort: raw.cutShort))
+    guard raw.isText, scrubbed.unicodeScalars.count > shownTextLength else { return scrubbed }
+    return String(String.UnicodeScalarView(scrubbed.unicodeScalars.prefix(shownTextLength)))
 }
 
-private func rawServerMessage(_ response: HTTPResponse) -> String? {
+/// The most of a text error body `serverMessage` quotes, in characters (Unicode scalars).
+let shownTextLength = 300
+
+/// The message of a JSON error body, or the whole text of another (as much as the engine kept of it:
+/// `cutShort` when that may not be all), trimmed.
+private func rawServerMessage(_ response: HTTPResponse) -> (text: String, isText: Bool, cutShort: Bool)? {
     if let json = response.json {
         if let error = json["error"] as? [String: Any], let message = error["message"] as? String, !message.isEmpty {
-            return message
+            return (message, false, false)
         }
-        if let message = json["message"] as? String, !message.isEmpty { return message }
+        if let message = json["message"] as? String, !message.isEmpty { return (message, false, false) }
     }
-    let text = String(decoding: response.body.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    let text = String(decoding: response.body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     if text.isEmpty || text.hasPrefix("<") { return nil }
-    return text
+    return (text, true, response.body.count >= HTTPResponse.errorBodyLimit)
 }
 
 /// Maps a non-success response to a storage error: 400 invalidArgument, 401 unauthenticated,

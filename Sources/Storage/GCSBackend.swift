@@ -35,13 +35,22 @@ public struct GCSBackend: StorageBackend {
         self.tokens = GCSTokenSource(configuration: configuration)
     }
 
+    /// What the job's outcome stores leaves here without the bearer token its requests carried: a server
+    /// (or what answers in its place) may send it back in an object's metadata or its error text
+    /// (`HTTPResponse.requestSecrets` scrubs the text it quotes; this, every value).
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         // Every request of this attempt runs under the job's timeout, if it has one.
         let control = control.limited(toSeconds: spec.timeoutSeconds, maxRate: spec.maxRate)
-        let outcome = try await perform(spec, limitedBy: control, resumingFrom: resumePoint, report: report)
+        let outcome: TransferOutcome
+        do throws(StorageError) {
+            outcome = try await perform(spec, limitedBy: control, resumingFrom: resumePoint, report: report)
+        } catch {
+            throw error.withoutSecrets(await tokens.sentTokens())
+        }
         await control.waitOutOwnRate()
-        return outcome
+        guard case .finished(let result) = outcome else { return outcome }
+        return .finished(result.withoutSecrets(await tokens.sentTokens()))
     }
 
     /// `perform` under the attempt's own control (its timeout and `max_rate:`).

@@ -71,6 +71,14 @@ final class GCSTokenSource: Sendable {
         return nil
     }
 
+    /// The tokens requests may have been sent with — the fixed one, or the one cached now — for scrubbing
+    /// what a server sent back (`GCSBackend.perform`); never fetches one.
+    func sentTokens() async -> [String] {
+        if let fixedToken { return [fixedToken] }
+        guard let cache else { return [] }
+        return await cache.cachedToken.map { [$0] } ?? []
+    }
+
     /// A fresh token after the server refused the one sent in `rejectedHeader` (a 401). When another
     /// request already replaced that token, the replacement is returned without fetching again.
     func refresh(replacing rejectedHeader: String?, stoppingOn control: TransferControl? = nil) async throws(TransferFailure) -> String {
@@ -135,7 +143,9 @@ final class GCSTokenSource: Sendable {
             throw failure("could not be started", cause: String(cString: strerror(errno)))
         }
         var pid: pid_t = 0
-        let spawnError = command.withCString { jobctl_spawn_shell($0, ends[1], &pid) }
+        let spawnError = TokenCommandEnvironment.withEntries(of: ProcessInfo.processInfo.environment) { environment in
+            command.withCString { jobctl_spawn_shell($0, ends[1], environment, &pid) }
+        }
         close(ends[1])
         guard spawnError == 0 else {
             close(ends[0])
@@ -262,5 +272,26 @@ private final class CollectedOutput: @unchecked Sendable {
         guard done.wait(timeout: deadline) == .success else { return nil }
         done.signal()   // a later wait returns at once
         return data
+    }
+}
+
+/// The environment a token command runs in: this process's, without the variables jobctl keeps its own
+/// secrets in. The command needs what fetches a token (`PATH`, `HOME`, the proxies, gcloud's settings),
+/// never the event log's URL with its password (`JOBCTL_DB`) — it inherited it, and a command that logs its
+/// environment, or a tool that sends it along with a crash report, carried the password off.
+enum TokenCommandEnvironment {
+    /// The variables withheld: the log's URL, and the token and command jobctl redacts wherever it shows them.
+    static let withheld: Set<String> = ["JOBCTL_DB", "GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"]
+
+    /// `environment` without the withheld variables, as `NAME=value` lines.
+    static func entries(of environment: [String: String]) -> [String] {
+        environment.filter { !withheld.contains($0.key) }.map { "\($0.key)=\($0.value)" }
+    }
+
+    /// Calls `body` with `entries(of: environment)` as a NULL-terminated C array, valid for the call.
+    static func withEntries<T>(of environment: [String: String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> T) -> T {
+        let strings = entries(of: environment).map { strdup($0) }
+        defer { strings.forEach { free($0) } }
+        return (strings + [nil]).withUnsafeBufferPointer { body($0.baseAddress!) }
     }
 }

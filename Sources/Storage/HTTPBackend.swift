@@ -507,7 +507,7 @@ public struct HTTPBackend: StorageBackend {
         weak var headersSource: FileSink?
         let sink = FileSink(partial: partial, requestedOffset: start, sentValidator: start > 0 ? validator : nil, md5: md5,
                             checkpoint: { partial, headers in
-                                .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers),
+                                .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers, of: url),
                                                                 total: Self.fileSize(headers) ?? recordedTotal),
                                             bytesTotal: Self.totalSize(headers, offset: 0))
                             },
@@ -551,7 +551,7 @@ public struct HTTPBackend: StorageBackend {
                 throw failure
             }
             // The validator from this response (if any) pins the resumed range to the same version.
-            let etag = Self.validator(sink.responseHeaders) ?? validator
+            let etag = Self.validator(sink.responseHeaders, of: url) ?? validator
             let total = Self.fileSize(sink.responseHeaders) ?? recordedTotal
             return try await sink.outcome(of: error, bytesTotal: nil, report: report) { partial in
                 partial.resumePoint(generation: nil, etag: etag, total: total)
@@ -623,7 +623,7 @@ public struct HTTPBackend: StorageBackend {
         if expected == nil, Self.isCloseDelimited(response) {
             switch try await sizeOfUnframed(response, url: url, control: control) {
             case .stopped(let reason):
-                let etag = Self.validator(response.headers)
+                let etag = Self.validator(response.headers, of: url)
                 return try await sink.outcome(of: .stopped(reason), bytesTotal: nil, report: report) { partial in
                     partial.resumePoint(generation: nil, etag: etag)
                 }
@@ -792,7 +792,7 @@ public struct HTTPBackend: StorageBackend {
         case nil: break
         }
         guard let length = head.headers["content-length"].flatMap({ Int64($0) }) else { return .value(nil) }
-        if let answered = Self.validator(response.headers), let now = Self.validator(head.headers), answered != now {
+        if let answered = Self.validator(response.headers, of: url), let now = Self.validator(head.headers, of: url), answered != now {
             // Another version by now (a file replaced, a page made anew for each request): its size says
             // nothing of this answer's, and a cut one must not pass for the file because of it. The
             // validators are the server's text, not quoted.
@@ -862,9 +862,13 @@ public struct HTTPBackend: StorageBackend {
     /// back (`HeaderValues.whyNotSendableBack`): one holding a control character the engine refuses to put
     /// in `If-Range` (it could add headers), one longer than a header may carry the server refuses (400) —
     /// so it pins no version, and, kept in a resume point, it failed the next attempt for good (`invalidArgument`).
-    private static func validator(_ headers: [String: String]) -> String? {
+    /// None either when it quotes a secret of the request's `url` (a server echoing its query into the
+    /// ETag): kept, the resume point in the log — shown by `history --json` — held the secret.
+    private static func validator(_ headers: [String: String], of url: String) -> String? {
         guard let value = headers["etag"] ?? headers["last-modified"], HeaderValues.whyNotSendableBack(value) == nil else { return nil }
-        return value
+        guard SecretRedaction.mayHoldSecret(url) else { return value }
+        let secrets = SecretRedaction.secretValues(in: url)
+        return SecretRedaction.scrub(value, secrets: secrets) == value ? value : nil
     }
 
     /// The whole file's size as an answer names it, for a resume point: a range's total (`bytes A-B/TOTAL`;

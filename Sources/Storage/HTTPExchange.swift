@@ -92,6 +92,10 @@ struct HTTPResponse: Sendable {
 
     var isSuccess: Bool { (200..<300).contains(status) }
 
+    /// The most of a non-success answer's body kept (the rest is dropped as it arrives): `serverMessage`
+    /// quotes from it.
+    static let errorBodyLimit = 64 * 1024
+
     /// What the request carried that the server's text must not be quoted with: its header credentials
     /// and its URL's secret values (a server may echo the request target, `/a?sig=…`, with no URL
     /// around it for `SecretRedaction.redactURLs` to find).

@@ -27,7 +27,20 @@ public struct StorageRouter: StorageBackend {
         leftoverFiles.find(job, sparing: inUse)
     }
 
+    /// Every outcome leaves here without the secrets of the job's URLs in what a server sent back (see
+    /// `withoutURLSecrets`).
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
+                        report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let result: Result<TransferOutcome, StorageError>
+        do throws(StorageError) {
+            result = .success(try await routed(spec, resumingFrom: resumePoint, control: control, report: report))
+        } catch {
+            result = .failure(error)
+        }
+        return try Self.withoutURLSecrets(result, of: spec).get()
+    }
+
+    private func routed(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let reference = try spec.remoteReference(firebaseHosts: firebaseHosts)
         switch reference.scheme {
@@ -38,10 +51,25 @@ public struct StorageRouter: StorageBackend {
         }
     }
 
+    /// `result` with the secrets of the job's URLs (`JobSpec.urlSecrets`) replaced in every value a server
+    /// sent back that it stores — a result's metadata, an error's message and cause: a server echoing the
+    /// request's query into `ETag`, `Content-Type` or `Cache-Control` had `show` print `generation:
+    /// "token=…"`, as no URL is around such a value for the display's redaction to find.
+    static func withoutURLSecrets(_ result: Result<TransferOutcome, StorageError>, of spec: JobSpec) -> Result<TransferOutcome, StorageError> {
+        let secrets = spec.urlSecrets
+        guard !secrets.isEmpty else { return result }
+        switch result {
+        case .success(.finished(let produced)): return .success(.finished(produced.withoutSecrets(secrets)))
+        case .success(let other): return .success(other)
+        case .failure(let error): return .failure(error.withoutSecrets(secrets))
+        }
+    }
+
     /// Routes as the `async` form does; `file://` jobs hand their outcome over from the local I/O queue.
     public func perform(_ spec: JobSpec, resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void,
-                        completion: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+                        completion outcome: @escaping @Sendable (Result<TransferOutcome, StorageError>) -> Void) {
+        let completion: @Sendable (Result<TransferOutcome, StorageError>) -> Void = { outcome(Self.withoutURLSecrets($0, of: spec)) }
         let reference: StorageReference
         do throws(StorageError) {
             reference = try spec.remoteReference(firebaseHosts: firebaseHosts)

@@ -123,7 +123,7 @@ extension Commands {
                                      ("content_language", set?.contentLanguage)].compactMap { name, value in
                 value.map { "\(name)=\(display.text($0))" }
             }
-            changes += (set?.customMetadata ?? [:]).sorted { $0.key < $1.key }.map { "custom \(display.text($0.key))=\(display.text($0.value))" }
+            changes += (set?.customMetadata ?? [:]).sorted { $0.key < $1.key }.map { "custom \(display.text($0.key))=\(display.metadataValue($0.value, key: $0.key))" }
             changes += (job.spec.removeCustomMetadata ?? []).map { "delete custom \(display.text($0))" }
             changes += (job.spec.clearMetadata ?? []).map { $0 == .customMetadata ? "delete every custom key" : "remove \($0.rawValue)" }
             lines.append(("changes", changes.joined(separator: ", ")))

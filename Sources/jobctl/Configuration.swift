@@ -452,8 +452,11 @@ extension Commands {
                 value = setting.show(given)
                 source = "flag (--db)"
             }
-            return Row(key: setting.key, value: value, source: source, variable: setting.routeName)
-        } + proxyRows(processEnvironment).map { Row(key: $0.key, value: $0.value, source: $0.source, variable: $0.key) }
+            // Every value shown passes the redaction of URL-like secrets, whatever its setting's own `show`
+            // does: `JOBCTL_REFUSE_EXECUTABLES=https://ru:pw@…` and `JOBCTL_BUCKETS=/b?token=…`, shown as
+            // set, printed their secrets.
+            return Row(key: setting.key, value: SecretRedaction.redactURLLike(value), source: source, variable: setting.routeName)
+        } + proxyRows(processEnvironment).map { Row(key: $0.key, value: SecretRedaction.redactURLLike($0.value), source: $0.source, variable: $0.key) }
         // A value the worker would refuse is not in effect: it is shown as set, named on standard error
         // with the worker's own message — found by the checks the worker runs at start, so the two cannot
         // disagree — and the exit status is the one the worker would exit with at the first of them. A
@@ -475,7 +478,7 @@ extension Commands {
             ("jobctl config: \(TerminalText.clipped(problem.message)); the worker will not start with it", problem.status)
         }
         let status = problems.first?.status ?? ExitCode.ok
-        let messages = (problems.map(\.message) + notes).map { TerminalText.printable($0) }
+        let messages = (problems.map(\.message) + notes).map { TerminalText.printable(SecretRedaction.redactURLLike($0)) }
         if arguments[Options.json] {
             struct View: Encodable { let files: [String]; let settings: [Row] }
             emit(try jsonText(View(files: configuration.files, settings: rows)))

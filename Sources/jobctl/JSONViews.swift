@@ -55,18 +55,18 @@ struct ErrorView: Encodable {
     }
 }
 
-/// Upload metadata as submitted.
+/// Upload metadata as submitted; custom values named like credentials redacted (`Display.customMetadata`).
 struct MetadataView: Encodable {
     let contentType, cacheControl, contentDisposition, contentEncoding, contentLanguage: String?
     let customMetadata: [String: String]?
 
-    init(_ metadata: UploadMetadata) {
+    init(_ metadata: UploadMetadata, display: Display) {
         contentType = metadata.contentType
         cacheControl = metadata.cacheControl
         contentDisposition = metadata.contentDisposition
         contentEncoding = metadata.contentEncoding
         contentLanguage = metadata.contentLanguage
-        customMetadata = metadata.customMetadata
+        customMetadata = display.customMetadata(metadata.customMetadata)
     }
 
     enum CodingKeys: String, CodingKey {
@@ -115,7 +115,7 @@ struct SpecView: Encodable {
         destination = spec.destination.map(display.url)
         dataBase64 = spec.data?.base64EncodedString()
         maxSize = spec.maxSize
-        metadata = spec.metadata.map(MetadataView.init)
+        metadata = spec.metadata.map { MetadataView($0, display: display) }
         key = spec.key
         priority = spec.priority
         maxAttempts = spec.maxAttempts
@@ -161,7 +161,8 @@ struct BatchView: Encodable {
 }
 
 /// An object's metadata as storage reported it. Download tokens are capabilities: redacted unless
-/// `--show-secrets`.
+/// `--show-secrets`, whether GCS reported them as its own field or a `file://` bucket keeps them among the
+/// custom metadata (`Display.customMetadata`).
 struct ObjectView: Encodable {
     let bucket: String
     let name: String
@@ -180,7 +181,7 @@ struct ObjectView: Encodable {
         contentDisposition = object.contentDisposition
         contentEncoding = object.contentEncoding
         contentLanguage = object.contentLanguage
-        customMetadata = object.customMetadata
+        customMetadata = display.customMetadata(object.customMetadata)
         md5Hash = object.md5Hash
         crc32c = object.crc32c
         generation = object.generation

@@ -247,12 +247,15 @@ import TestSupport
     @Test func urlShortcutRedactsAsBefore() {
         let urls = ["gs://bucket/a/b.bin", "file:///tmp/x y/ü.bin", "/local/path", "", "https://h:8080/p",
                     "https://user:secret@h/p", "https://token@h/p", "https://h/p?X-Goog-Signature=abc&x=1", "https://h/p#access_token=t",
-                    "http://h/a@b", "no scheme ? here", "https://h/p?", "gs://b/o#", "https://h/%40?token=1"]
+                    "http://h/a@b", "no scheme ? here", "https://h/p?", "gs://b/o#", "https://h/%40?token=1",
+                    "https://h/files;jsessionid=S1/a.bin;token=T1", "http://h/a;v=2", "https://h/a\\b"]
         for url in urls {
             #expect(Display.redacting.url(url) == redactedURL(url), "\(url)")
             #expect(Display(showSecrets: true).url(url) == url)
         }
         #expect(Display.redacting.url("https://user:secret@h/p") == "https://user:REDACTED@h/p")
+        // Path parameters hold no `@`, `?` or `#`: the shortcut once returned them unredacted.
+        #expect(Display.redacting.url("https://h/files;jsessionid=S1/a.bin;token=T1") == "https://h/files;jsessionid=REDACTED/a.bin;token=REDACTED")
     }
 
     /// CSV fields are quoted exactly when they hold a comma or a quote; control characters (a line
