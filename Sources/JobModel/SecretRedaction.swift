@@ -498,9 +498,9 @@ enum SecretMatch: Equatable {
             } else if byte == UInt8(ascii: "%") {
                 guard position + 2 < text.count else {
                     // `%` or `%X` at the very end: the encoded byte was cut, which may be this one.
-                    return position + 1 < text.count && hexValue(text[position + 1]) == nil ? .none : .cutShort(matched: matched)
+                    return position + 1 < text.count && HexDigit.value(text[position + 1]) == nil ? .none : .cutShort(matched: matched)
                 }
-                guard let high = hexValue(text[position + 1]), let low = hexValue(text[position + 2]),
+                guard let high = HexDigit.value(text[position + 1]), let low = HexDigit.value(text[position + 2]),
                       high << 4 | low == wanted else { return .none }
                 position += 3
             } else {
@@ -508,14 +508,5 @@ enum SecretMatch: Equatable {
             }
         }
         return .whole(end: position)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }

@@ -569,8 +569,8 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         while let byte = iterator.popFirst() {
             if byte == UInt8(ascii: "%") {
                 guard iterator.count >= 2,
-                      let high = hexValue(iterator[iterator.startIndex]),
-                      let low = hexValue(iterator[iterator.startIndex + 1]) else {
+                      let high = HexDigit.value(iterator[iterator.startIndex]),
+                      let low = HexDigit.value(iterator[iterator.startIndex + 1]) else {
                     throw StorageError(.invalidArgument, "'\(original ?? text)' has a malformed percent escape")
                 }
                 bytes.append(high << 4 | low)
@@ -585,14 +585,6 @@ public struct StorageReference: Sendable, Hashable, CustomStringConvertible {
         return decoded
     }
 
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
-    }
 
     /// Escapes every byte outside `A-Z a-z 0-9 - . _ ~` (and `/` when `keepSlash`).
     public static func percentEncode(_ text: String, keepSlash: Bool) -> String {
