@@ -280,8 +280,9 @@ private final class CollectedOutput: @unchecked Sendable {
 /// never the event log's URL with its password (`JOBCTL_DB`) — it inherited it, and a command that logs its
 /// environment, or a tool that sends it along with a crash report, carried the password off.
 enum TokenCommandEnvironment {
-    /// The variables withheld: the log's URL, and the token and command jobctl redacts wherever it shows them.
-    static let withheld: Set<String> = ["JOBCTL_DB", "GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"]
+    /// The variables withheld: the log's URL and libpq's password for it, and the token and command jobctl
+    /// redacts wherever it shows them.
+    static let withheld: Set<String> = ["JOBCTL_DB", "PGPASSWORD", "GOOGLE_OAUTH_ACCESS_TOKEN", "JOBCTL_TOKEN_COMMAND"]
 
     /// `environment` without the withheld variables, as `NAME=value` lines.
     static func entries(of environment: [String: String]) -> [String] {

@@ -97,7 +97,7 @@ import TestSupport
     }
 
     /// The command fetches a token; the log's URL, with its password, is none of its business.
-    @Test("a token command the worker runs does not inherit JOBCTL_DB")
+    @Test("a token command the worker runs does not inherit JOBCTL_DB, PGPASSWORD or its own text")
     func tokenCommandEnvironment() throws {
         let workspace = try CLIWorkspace("token-env")
         defer { workspace.directory.remove() }
@@ -105,12 +105,13 @@ import TestSupport
             - {kind: download-memory, source: "gs://bkt/o.txt", max_attempts: 1}
             """)
         let seen = workspace.directory.file("seen.txt")
-        let command = "printf '%s %s' \"${JOBCTL_DB-unset}\" \"${JOBCTL_TOKEN_COMMAND-unset}\" > '\(seen)'; echo token"
+        let command = "printf '%s %s %s' \"${JOBCTL_DB-unset}\" \"${JOBCTL_TOKEN_COMMAND-unset}\" \"${PGPASSWORD-unset}\" > '\(seen)'; echo token"
         let result = try runProcess(PackagePaths.jobctlBinary, ["worker", "--drain"], environment: [
             "NO_COLOR": "1", "JOBCTL_DB": workspace.database, "STORAGE_EMULATOR_HOST": "127.0.0.1:9", "JOBCTL_TOKEN_COMMAND": command,
+            "PGPASSWORD": "pg-password-probe",
         ], currentDirectory: workspace.directory.path)
         #expect(result.status == 2, "the job fails (nothing listens): \(result.stderr)")
         let text = try String(contentsOfFile: seen, encoding: .utf8)
-        #expect(text == "unset unset", "the token command saw: \(text)")
+        #expect(text == "unset unset unset", "the token command saw: \(text)")
     }
 }
