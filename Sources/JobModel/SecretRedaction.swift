@@ -34,12 +34,32 @@ public enum SecretRedaction {
     /// Name prefixes whose every parameter is treated as secret (the AWS SigV4 family: `X-Amz-*`).
     public static let secretNamePrefixes: [String] = ["x-amz-"]
 
+    /// Whether a custom metadata key names a credential, whose value is shown `REDACTED`: Firebase's
+    /// `firebaseStorageDownloadTokens` (capabilities to fetch the object) and keys named plainly as a
+    /// password, secret, key or token. Narrower than `isSecretName`, which is for URL parameters: an
+    /// object's metadata is the user's own description of it, and `tokens_used`, `policy`, `code` or
+    /// `session` there are ordinary words (they read `REDACTED`).
+    public static func isSecretMetadataKey(_ key: String) -> Bool {
+        let name = key.lowercased()
+        if name == "firebasestoragedownloadtokens" { return true }
+        if ["token", "access_token", "refresh_token", "id_token", "auth_token", "bearer", "authorization", "jwt"].contains(name) { return true }
+        return ["password", "passwd", "secret", "private_key", "privatekey", "api_key", "apikey", "api-key", "credential"]
+            .contains { name.contains($0) }
+    }
+
     /// Whether a query or fragment parameter with this (raw, possibly percent-encoded) name holds a secret.
     public static func isSecretName(_ rawName: Substring) -> Bool {
         let name = (percentDecoded(rawName) ?? String(rawName)).lowercased()
         if secretNames.contains(name) { return true }
         if secretNamePrefixes.contains(where: { name.hasPrefix($0) }) { return true }
         return secretNameParts.contains { name.contains($0) }
+    }
+
+    /// Whether a secret parameter's value is a credential by its name, not only by its family
+    /// (`secretNamePrefixes`): `X-Amz-Signature`, `-Credential`, `-Security-Token` are; `X-Amz-Date` is not.
+    static func isCredentialName(_ rawName: Substring) -> Bool {
+        let name = (percentDecoded(rawName) ?? String(rawName)).lowercased()
+        return secretNames.contains(name) || secretNameParts.contains { name.contains($0) }
     }
 
     /// `url` with the password of its userinfo (`user:REDACTED@`, or `REDACTED@` when the userinfo is a
@@ -416,7 +436,11 @@ public enum SecretRedaction {
             if let equals = part.firstIndex(of: "="), isSecretName(part[..<equals]),
                !isMasked(part[part.index(after: equals)...]) {
                 output += part[...equals] + marker
-                hidden.append(part[part.index(after: equals)...])
+                // Hidden in the URL shown, but scrubbed from what a server says back only when it is a
+                // credential: a SigV4 URL's `X-Amz-Algorithm`, `-Expires`, `-SignedHeaders` (`host`, `3600`)
+                // are hidden with the rest of their family, and scrubbing them turned a stored
+                // `max-age=3600` into `max-age=REDACTED` and jobctl's own word "host" into "REDACTED".
+                if isCredentialName(part[..<equals]) { hidden.append(part[part.index(after: equals)...]) }
             } else if let equals = part.firstIndex(of: "="), let nested = redactNested(part[part.index(after: equals)...],
                                                                                         hidden: &hidden, depth: depth) {
                 output += part[...equals] + nested

@@ -605,12 +605,6 @@ extension LocalBackend {
                          + "path leads now", retryable: true)
     }
 
-    /// The mode sidecars are created with (before the umask): readable and writable by their owner alone.
-    /// A sidecar holds the object's Firebase download tokens — capabilities anyone holding one can fetch
-    /// the object with — and only jobctl, as the worker's user, reads it; made with the object's 0664 it was
-    /// readable by every local user under the usual umask 022. (The object itself follows the umask, as cp's does.)
-    static let sidecarMode: mode_t = 0o600
-
     /// Creates and syncs a new temporary sidecar of the object file `described` beside the object, named
     /// for the attempt `control` runs (`SidecarTemporary`: its job's id and lease token; a random tag
     /// outside the queue), returning its name and identity; it is removed again when writing fails (only
@@ -622,7 +616,7 @@ extension LocalBackend {
         let data = SidecarJSON.encode(object, describing: described) ?? SidecarJSON.encodeWithFoundation(object, describing: described)
         let token = control.jobID.map { SidecarTemporary.tag(jobID: $0, leaseToken: control.leaseToken) } ?? Self.randomTag()
         let name = SidecarTemporary.name(forObject: location.name, token: token)
-        let file = try location.directory.createExclusive(name, replacingOwnLeftover: control.jobID != nil, mode: Self.sidecarMode)
+        let file = try location.directory.createExclusive(name, replacingOwnLeftover: control.jobID != nil)
         let identity: FileIdentity
         do {
             identity = try file.status().identity

@@ -203,7 +203,7 @@ extension Commands {
                 lines.append(("blob", "sha256:\(blob) (\(remedy))"))
             }
             if let object = result.object {
-                let name = Display.escapingControls("\(object.bucket)/\(object.name)")
+                let name = Display.escapingControls("\(object.bucket)/\(display.objectName(object.name))")
                 lines.append(("object", "\(name) (\(object.knownSize.map { plural($0, "byte") } ?? "size unknown"), \(object.contentType ?? "?"))"))
                 if let generation = object.generation { lines.append(("generation", generation)) }
             }

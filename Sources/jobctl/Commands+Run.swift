@@ -154,7 +154,7 @@ extension Commands {
         // with leases held. The event log is the record; the log lines only tell about it.
         signal(SIGPIPE, SIG_IGN)
         // Before any credential is read (a token command runs at the first gs:// job): no core dump holds them.
-        CoreDumps.refuseIfHoldingSecrets(storage, postgres: context.usesPostgres)
+        CoreDumps.refuseIfHoldingSecrets(storage, postgres: context.usesPostgres, environment: context.environment)
         // Its summary's output failing (the last thing it writes) makes its exit status say so, nothing more.
         StandardOutput.keepRunningOnFailure()
         // A statement left unanswered for a lease's length (at least 10 s) has cost the worker its leases

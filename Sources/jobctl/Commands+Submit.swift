@@ -80,7 +80,16 @@ extension Commands {
                     failures.append("\(TerminalText.printable(path)): error: the manifest's folder is unknown: \(CurrentDirectory.missingMessage)")
                     continue
                 }
-                baseDirectory = SlashSeparatedPath.directory(of: LocalPath.resolve(absolute))
+                // A manifest that is no file in a folder — a pipe such as bash's `<(…)` (`/dev/fd/63`), a
+                // FIFO — is read as standard input is: its relative paths from the current folder. From
+                // its own folder (`/dev/fd`, a link of /proc) they named the worker's descriptors and
+                // were refused as such.
+                var info = stat()
+                if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+                    baseDirectory = CurrentDirectory.path
+                } else {
+                    baseDirectory = SlashSeparatedPath.directory(of: LocalPath.resolve(absolute))
+                }
             }
             var parser = ManifestParser(baseDirectory: baseDirectory, checksSources: !arguments[Options.noCheckSources])
             parser.nowMs = now
@@ -419,14 +428,28 @@ extension Commands {
         if let known = realFolders[folder] {
             real = known
         } else {
-            // A folder not there yet (a download's, made when it runs) is taken as written.
-            guard let resolved = realpath(folder, nil) else { return path }
-            real = String(cString: resolved)
-            free(resolved)
+            real = realFolder(folder)
             realFolders[folder] = real
         }
         let name = SlashSeparatedPath.lastPart(of: path).map(String.init) ?? ""
         return LocalPath.standardize(real + "/" + name)
+    }
+
+    /// `folder` with its symbolic links followed: its deepest existing folder resolved (`realpath`) and
+    /// the rest, not there yet (a download's folders, made when it runs), added as written — a link to a
+    /// bucket's folder before a new subfolder still leads into the bucket.
+    private static func realFolder(_ folder: String) -> String {
+        var existing = folder
+        var rest: [Substring] = []
+        while true {
+            if let resolved = realpath(existing, nil) {
+                defer { free(resolved) }
+                return LocalPath.standardize(([Substring(String(cString: resolved))] + rest.reversed()).joined(separator: "/"))
+            }
+            guard existing != "/", let last = SlashSeparatedPath.lastPart(of: existing) else { return folder }
+            rest.append(last)
+            existing = SlashSeparatedPath.directory(of: existing)
+        }
     }
 
     /// An idempotency key given to two of the jobs submitted together, once folders and prefixes are

@@ -30,13 +30,23 @@ struct Display: Sendable {
         showSecrets ? text : SecretRedaction.redactURLs(in: text)
     }
 
+    /// An object's name as shown: a plain-HTTP object is named by its URL's path, whose path parameters
+    /// (`a.bin;jsessionid=…`) may carry a session, printed whole by `show`'s `object:` line and the result's
+    /// `name` while the job's URL read `REDACTED` there. Secret path parameters are hidden in any
+    /// object's name (a `gs://` name holding `;token=` is one, too).
+    func objectName(_ name: String) -> String {
+        guard !showSecrets, name.utf8.contains(UInt8(ascii: ";")) else { return name }
+        let prefix = "x://h/"
+        return String(SecretRedaction.redactURL(prefix + name).dropFirst(prefix.count))
+    }
+
     /// A custom metadata value under `key`, as shown: `REDACTED` when the key is named like a credential
-    /// (`SecretRedaction.isSecretName`) — above all `firebaseStorageDownloadTokens`, the download tokens a
+    /// (`SecretRedaction.isSecretMetadataKey`) — above all `firebaseStorageDownloadTokens`, the download tokens a
     /// manifest may set through `custom_metadata:`, which `show --json`, `history --json` and `result`
     /// printed whole while the object's `download_tokens` read `REDACTED` — otherwise with its URLs redacted.
     func metadataValue(_ value: String, key: String) -> String {
         guard !showSecrets else { return value }
-        return SecretRedaction.isSecretName(Substring(key)) ? SecretRedaction.marker : text(value)
+        return SecretRedaction.isSecretMetadataKey(key) ? SecretRedaction.marker : text(value)
     }
 
     /// Custom metadata as shown: each value through `metadataValue`.

@@ -174,7 +174,7 @@ struct ObjectView: Encodable {
 
     init(_ object: StorageObject, display: Display) {
         bucket = object.bucket
-        name = object.name
+        name = display.objectName(object.name)
         size = object.knownSize
         contentType = object.contentType
         cacheControl = object.cacheControl

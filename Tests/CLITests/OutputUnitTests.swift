@@ -242,6 +242,16 @@ import TestSupport
         #expect(try TimeInput.parse("1d", option: "since", now: 1_000) == TimeInput.earliestMs)
     }
 
+    /// An object's name shown by `show` and the result's JSON hides secret path parameters (a plain-HTTP
+    /// object is named by its URL's path); other names, `;` and all, are kept.
+    @Test func objectNamesHideTheirPathParameters() {
+        #expect(Display.redacting.objectName("meta.txt;jsessionid=text") == "meta.txt;jsessionid=REDACTED")
+        #expect(Display.redacting.objectName("files;token=abc/a.bin") == "files;token=REDACTED/a.bin")
+        #expect(Display.redacting.objectName("a;b.txt") == "a;b.txt")
+        #expect(Display.redacting.objectName("plain/name.bin") == "plain/name.bin")
+        #expect(Display(showSecrets: true).objectName("meta.txt;jsessionid=text") == "meta.txt;jsessionid=text")
+    }
+
     /// `Display.url` skips parsing text without `@`, `?` or `#`: for every kind of URL it still gives
     /// exactly what redaction gives.
     @Test func urlShortcutRedactsAsBefore() {

@@ -688,6 +688,8 @@ import Glibc
         - {kind: upload-data, data: b, destination: "file://\(buckets)/fb/dd/a.bin"}
         - {kind: download-file, source: "http://127.0.0.1:9/x", destination: lnk/dd/a.bin}
         - {kind: upload-data, data: c, destination: "file://fb/dd/b.bin"}
+        - {kind: upload-data, data: d, destination: "file://fb/new/c.bin"}
+        - {kind: download-file, source: "http://127.0.0.1:9/y", destination: lnk/new/c.bin}
         """)
         let refused = try workspace.jobctl(["submit", manifest], environment: environment)
         #expect(refused.status == 65, "\(refused.stderr)")
@@ -696,6 +698,24 @@ import Glibc
         #expect(refused.stderr.contains("m.yaml:3:3: error: this job downloads to '\(workspace.directory.file("lnk/dd/a.bin"))', "
                                         + "as the job at line 2 does"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("m.yaml:4:"), "\(refused.stderr)")
+        // A folder not there yet, through the link: the link's folder is resolved, the new one added.
+        #expect(refused.stderr.contains("m.yaml:6:3: error: this job downloads to '\(workspace.directory.file("lnk/new/c.bin"))', "
+                                        + "as the job at line 5 does"), "\(refused.stderr)")
+    }
+
+    /// A manifest read from a pipe (bash's `<(…)`, `/dev/fd/63`) resolves its relative paths from the
+    /// current folder, as standard input does: from its own folder, `/dev/fd`, they were refused as
+    /// leading through a link of /proc.
+    @Test func aManifestFromAPipeResolvesFromTheCurrentFolder() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        try workspace.write("c.txt", "x\n")
+        let manifest = try workspace.write("r.yaml", "- {kind: upload-file, source: c.txt, destination: \"file://b/c.txt\"}\n")
+        let output = try runProcess("/bin/bash", ["-c", "exec \"$0\" --db \"$1\" submit --dry-run <(cat \"$2\")",
+                                                  PackagePaths.jobctlBinary, workspace.database, manifest],
+                                    environment: ["NO_COLOR": "1"], currentDirectory: workspace.directory.path)
+        #expect(output.status == 0, "\(output.stderr)")
+        #expect(output.stdout.contains("upload-file  \(workspace.directory.file("c.txt")) → file://b/c.txt"), "\(output.stdout)")
     }
 
     /// A `gs://` or `file://` name holding `%` printed as written: the object `c/a%2Fb` showed as

@@ -17,6 +17,34 @@ import Testing
         #expect(SecretRedaction.scrub(text, secrets: ["ATs3cr3tTOKEN"]) == scrubbed)
     }
 
+    /// A SigV4 URL's whole `X-Amz-*` family is hidden where the URL is shown, but only its credentials are
+    /// scrubbed from what a server sends back: `X-Amz-SignedHeaders=host` and `X-Amz-Expires=3600` made a
+    /// stored `max-age=3600` read `max-age=REDACTED`, and jobctl's own word "host" read "REDACTED".
+    @Test func aSignedURLsDescriptiveParametersAreNoSecretsToScrub() {
+        let url = "https://h/o.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAEXAMPLE%2F20261207&X-Amz-Date=20261207T000000Z"
+            + "&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Security-Token=SESSIONs3cr3t&X-Amz-Signature=0123456789abcdef"
+        let secrets = Set(SecretRedaction.secretValues(in: url))
+        #expect(secrets.isSuperset(of: ["AKIAEXAMPLE%2F20261207", "AKIAEXAMPLE/20261207", "SESSIONs3cr3t", "0123456789abcdef"]), "\(secrets)")
+        #expect(secrets.isDisjoint(with: ["AWS4-HMAC-SHA256", "20261207T000000Z", "3600", "host"]), "\(secrets)")
+        #expect(SecretRedaction.scrub("public, max-age=3600; the certificate names other hosts", secrets: secrets)
+                == "public, max-age=3600; the certificate names other hosts")
+        // Shown, the whole family is still hidden.
+        let shown = SecretRedaction.redactURL(url)
+        #expect(shown.contains("X-Amz-Expires=REDACTED") && shown.contains("X-Amz-Signature=REDACTED"), "\(shown)")
+    }
+
+    /// Custom metadata is the user's description of an object: only keys named as a credential are
+    /// hidden (`tokens_used`, `policy`, `code`, `session` read `REDACTED`).
+    @Test func onlyCredentialMetadataKeysAreSecret() {
+        for key in ["firebaseStorageDownloadTokens", "FIREBASESTORAGEDOWNLOADTOKENS", "api_key", "db_password", "client_secret",
+                    "token", "access_token", "private_key", "aws_credentials"] {
+            #expect(SecretRedaction.isSecretMetadataKey(key), "\(key)")
+        }
+        for key in ["tokens_used", "max_tokens", "code", "policy", "session", "ticket", "keyword", "author", "sig"] {
+            #expect(!SecretRedaction.isSecretMetadataKey(key), "\(key)")
+        }
+    }
+
     @Test func aSpaceMayBeAPlus() {
         #expect(SecretRedaction.scrub("p=two+words+here", secrets: ["two words here"]) == "p=REDACTED")
     }
