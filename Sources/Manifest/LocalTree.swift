@@ -157,7 +157,10 @@ enum LocalTree {
     /// Walks `root` (absolute). `accept` sees each regular file's relative path; only accepted files are
     /// kept and counted against `limit`. With `checkingReadable`, accepted files the submitting user may
     /// not read are also listed in `unreadable`.
-    static func walk(_ root: String, limit: Int, checkingReadable: Bool = false, accept: (String) -> Bool) throws(Failure) -> Listing {
+    /// `descend` sees each folder's relative path before the walk goes into it: a folder it refuses
+    /// (one that `exclude:` leaves out whole) is neither opened nor listed.
+    static func walk(_ root: String, limit: Int, checkingReadable: Bool = false, descend: (String) -> Bool = { _ in true },
+                     accept: (String) -> Bool) throws(Failure) -> Listing {
         var listing = Listing()
         let rootDescriptor = root.withCString { open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard rootDescriptor >= 0 else { throw .unreadable("", reason(errno)) }
@@ -236,6 +239,7 @@ enum LocalTree {
                     }
                     if listing.files.count + listing.tooLong.count > limit { throw .tooMany(limit) }
                 case S_IFDIR:
+                    guard descend(path) else { continue }
                     guard depth + 1 <= maximumDepth else { throw .tooDeep(path) }
                     pending.append((folder, name, path, depth + 1))
                 case S_IFLNK:

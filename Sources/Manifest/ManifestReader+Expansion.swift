@@ -72,20 +72,22 @@ extension ManifestReader {
         guard let destination = folderDestination(own.destination, mark: mark) else { return ([], []) }
         let taken = filter
         if let glob {
-            let listing = walk(root, written: written, checkingReadable: checkingSources) { path in glob.matches(path) && taken.takes(path) }
+            let listing = walk(root, written: written, checkingReadable: checkingSources, descend: { !taken.excludesAll(under: $0) }) { path in
+                glob.matches(path) && taken.takes(path)
+            }
             return finish(listing, root: root, source: root + "/" + glob.text, filter: taken, destination: destination,
                           template: template, quoted: quoted, mark: mark, sourceMark: written.valueMark)
         }
-        let listing = walk(root, written: written, checkingReadable: checkingSources) { taken.takes($0) }
+        let listing = walk(root, written: written, checkingReadable: checkingSources, descend: { !taken.excludesAll(under: $0) }) { taken.takes($0) }
         return finish(listing, root: root, source: root + "/", filter: taken, destination: destination, template: template,
                       quoted: quoted, mark: mark, sourceMark: written.valueMark)
     }
 
     private mutating func walk(_ root: String, written: Located<String>, checkingReadable: Bool,
-                               accept: (String) -> Bool) -> LocalTree.Listing? {
+                               descend: (String) -> Bool, accept: (String) -> Bool) -> LocalTree.Listing? {
         let room = max(0, limits.maximumJobs - jobCount)
         do {
-            return try LocalTree.walk(root, limit: room, checkingReadable: checkingReadable, accept: accept)
+            return try LocalTree.walk(root, limit: room, checkingReadable: checkingReadable, descend: descend, accept: accept)
         } catch {
             switch error {
             case .unreadable(let folder, let reason):

@@ -261,6 +261,18 @@ public struct PathFilter: Sendable, Hashable {
         return include.isEmpty || include.contains(where: hit)
     }
 
+    /// Whether nothing under the folder `path` (relative) can be taken: an `exclude:` pattern `X/**`
+    /// whose `X` matches the folder. A walk does not go into such a folder — `exclude: ["locked/**"]`
+    /// leaves out a folder the submitting user cannot read, as rclone's `--exclude` does, instead of the
+    /// walk failing on it.
+    public func excludesAll(under path: String) -> Bool {
+        exclude.contains { pattern in
+            guard pattern.text.hasSuffix("/**"), let folder = try? PathPattern(String(pattern.text.dropLast(3))) else { return false }
+            // As `takes` reads `X/**` (it holds a `/`): against the whole relative path.
+            return folder.matches(path)
+        }
+    }
+
     /// The patterns as written, nil when there are none (for `JobBatch`).
     var includeTexts: [String]? { include.isEmpty ? nil : include.map(\.text) }
     var excludeTexts: [String]? { exclude.isEmpty ? nil : exclude.map(\.text) }

@@ -484,6 +484,20 @@ import Glibc
         let excluded = try submit(excluding)
         #expect(excluded.status == 0, "\(excluded.stderr)")
         #expect(excluded.stdout.contains("up/open.csv") && !excluded.stdout.contains("secret"), "\(excluded.stdout)")
+
+        // A folder the user cannot open: refused, unless `exclude:` leaves it out whole (`X/**`), when the
+        // walk does not go in (it failed on the folder whatever the patterns said).
+        chmod(workspace.directory.file("up/private"), 0o700)
+        chmod(secret, 0o644)
+        let folderRefused = try submit(manifest)
+        #expect(folderRefused.status == 65, "\(folderRefused.stdout)\(folderRefused.stderr)")
+        #expect(folderRefused.stderr.contains("the folder '\(workspace.directory.file("up/private"))' cannot be read"), "\(folderRefused.stderr)")
+        let folderExcluding = try workspace.write("folder-excluding.yaml",
+                                                  "- {kind: upload-file, source: up/, destination: gs://bkt/up/, exclude: [\"private/**\"]}\n")
+        chmod(folderExcluding, 0o644)
+        let folderExcluded = try submit(folderExcluding)
+        #expect(folderExcluded.status == 0, "\(folderExcluded.stderr)")
+        #expect(folderExcluded.stdout.contains("up/open.csv") && !folderExcluded.stdout.contains("private"), "\(folderExcluded.stdout)")
     }
 
     /// A source the worker may not read when the job runs failed `unauthorized (-13021)` on file:// and
