@@ -298,7 +298,7 @@ extension Commands {
         if all {
             return try watcher.followAll(exitWhenIdle: arguments[Options.exitWhenIdle])
         }
-        let job = try store.job(resolving: arguments.positionals[0])
+        let job = try watcher.read { try $0.job(resolving: arguments.positionals[0]) }
         return try watcher.follow(jobID: job.id)
     }
 }

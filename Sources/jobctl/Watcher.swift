@@ -71,12 +71,21 @@ final class Watcher {
         }
     }
 
+    /// A read before a watcher's loop (the job named, where its events start), its session's loss ridden
+    /// out as the loop's polls ride it out: a session ended right after the store opened ended `watch`
+    /// with exit 1 at its first read, outside the loop (a CI run's administrator's `pg_terminate_backend`).
+    func read<T>(_ body: (any JobStore) throws -> T) throws -> T {
+        while true {
+            if let value = try poll({ try body(store) }) { return value }
+        }
+    }
+
     /// Follows one job until it reaches a final state. Exit 0 if it succeeded, 1 otherwise.
     func follow(jobID: String) throws -> Int32 {
         var lastSeq: Int64 = 0
         var lastVersion: Int64 = -1
-        var bar = ProgressBar(enabled: !json, countsConfirmedBytes: (try store.job(jobID))?.spec.kind.isUpload ?? false,
-                              plain: context.terminalIsDumb)
+        let upload = try read { try $0.job(jobID) }?.spec.kind.isUpload ?? false
+        var bar = ProgressBar(enabled: !json, countsConfirmedBytes: upload, plain: context.terminalIsDumb)
         return try pollUntilEnd { lost in
             if lost { lastVersion = -1 }
             let version = try store.dataVersion()
@@ -106,7 +115,7 @@ final class Watcher {
     /// succeeded, 1 otherwise (also when no job has that batch id).
     func follow(batch: String) throws -> Int32 {
         let filter = JobFilter(batch: batch)
-        let first = try store.jobs(filter: filter)
+        let first = try read { try $0.jobs(filter: filter) }
         guard let start = first.map(\.seq).min() else {
             throw CommandFailure("no job has the batch id \(batch); `jobctl list` shows batch ids")
         }
@@ -222,7 +231,7 @@ final class Watcher {
 
     /// Follows every job's events from now on.
     func followAll(exitWhenIdle: Bool) throws -> Int32 {
-        var lastSeq = try store.lastSeq()
+        var lastSeq = try read { try $0.lastSeq() }
         var lastVersion: Int64 = -1
         var bar = ProgressBar(enabled: false, countsConfirmedBytes: false)
         return try pollUntilEnd { lost in
