@@ -399,6 +399,15 @@ public final class WorkerLog: Sendable {
             event = .succeeded
             fields.append(("duration_ms", .integer(durationMs)))
             if let deleted = result.deleted { fields.append(("deleted", .text(deleted))) }
+        case .succeeded(let result) where result.skipped == true:
+            // `if_exists: skip` (or skip-identical) found the destination in place: nothing moved, and the
+            // line says so — it read `bytes=13399 rate="12.8 MiB/s"`, as if the file had been sent.
+            event = .succeeded
+            fields.append(("skipped", .text("yes")))
+            fields.append(("bytes", .integer(result.size ?? result.object?.knownSize ?? 0)))
+            fields.append(("moved_bytes", .integer(0)))
+            fields.append(("duration_ms", .integer(durationMs)))
+            if let path = result.path { fields.append(("path", .text(path))) }
         case .succeeded(let result):
             event = .succeeded
             let bytes = result.size ?? result.object?.knownSize ?? 0

@@ -182,6 +182,9 @@ extension Commands {
             if let cause = display.cause(error) { lines.append(("cause", cause)) }
         }
         if let result = job.result {
+            if result.skipped == true {
+                lines.append(("skipped", "the destination was in place (if_exists: \(job.spec.ifExists?.rawValue ?? "skip")): nothing was transferred"))
+            }
             if let path = result.path { lines.append(("result path", display.location(path))) }
             if let size = result.size { lines.append(("result size", plural(size, "byte"))) }
             // A hash computed but not compared with the server's says so: alike, it read as a verified one.

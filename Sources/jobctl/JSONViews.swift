@@ -213,6 +213,9 @@ struct ResultView: Encodable {
     let url: String?
     /// delete: the reference of the object deleted.
     let deleted: String?
+    /// `true` when `if_exists: skip` / `skip-identical` left the destination as it was (nothing moved);
+    /// absent otherwise. The log kept it, and no view showed it, as the README promised.
+    let skipped: Bool?
 
     /// - Parameter revealURL: print a fetch-url result's URL as it is (`jobctl result`: the URL, token
     ///   included, is what the command is for).
@@ -226,6 +229,7 @@ struct ResultView: Encodable {
         blob = result.bytesSHA256
         url = revealURL ? result.url : result.url.map(display.url)
         deleted = result.deleted.map(display.location)
+        skipped = result.skipped == true ? true : nil
     }
 }
 

@@ -136,6 +136,37 @@ import TestSupport
         #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("if generation: 42"))
     }
 
+    /// An upload that `if_exists: skip` found in place succeeded with `skipped` in its logged result, which
+    /// no view showed (the README promises `"skipped": true`), and the worker's line read `bytes=… rate=…`
+    /// as if the file had been sent.
+    @Test func aSkippedTransferSaysSoEverywhere() throws {
+        let workspace = try CLIWorkspace("skipped-result")
+        defer { workspace.directory.remove() }
+        let buckets = workspace.directory.file("buckets")
+        let environment = ["JOBCTL_BUCKETS": buckets]
+        let first = try workspace.jobctl(["submit", try workspace.write("one.yaml", "- {kind: upload-data, data: hello, destination: file://b/x.txt}\n")],
+                                         environment: environment)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+        let ids = try workspace.submit("- {kind: upload-data, data: other, destination: file://b/x.txt, if_exists: skip}\n")
+        let id = try #require(ids.first)
+        let drained = try workspace.jobctl(["worker", "--drain"], environment: environment)
+        #expect(drained.status == 0, "\(drained.stderr)")
+        let line = try #require(drained.stderr.split(separator: "\n").first { $0.contains(" succeeded \(id)") }, "\(drained.stderr)")
+        #expect(line.contains("skipped=yes") && line.contains("moved_bytes=0") && !line.contains("rate="), "\(line)")
+        let shown = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+        #expect((shown["result"] as? [String: Any])?["skipped"] as? Bool == true, "\(shown)")
+        let result = try #require(try workspace.json(["result", id, "--json"]) as? [String: Any])
+        #expect(result["skipped"] as? Bool == true, "\(result)")
+        #expect(try workspace.jobctl(["show", id]).stdout.contains("skipped:"), "the text view says so")
+        #expect(try String(contentsOfFile: buckets + "/b/x.txt", encoding: .utf8) == "hello")
+        // A transfer that was not skipped has no such key.
+        let listed = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        let other = try #require(listed.compactMap { $0["id"] as? String }.first { $0 != id })
+        let sent = try #require(try workspace.json(["show", other, "--json"]) as? [String: Any])
+        #expect((sent["result"] as? [String: Any])?["skipped"] == nil, "\(sent)")
+    }
+
     // MARK: - One JSON shape
 
     /// Every key of every command's JSON is snake_case (user metadata keys are kept as given), and an

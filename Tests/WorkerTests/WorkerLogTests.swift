@@ -242,13 +242,18 @@ private func entries(_ objects: [[String: Any]], _ event: String, job: String? =
         let lines = Mutex<[String]>([])
         let log = WorkerLog(formatter: WorkerLogFormatter(format: .json), write: { line in lines.withLock { $0.append(line) } })
         for size in [Int64.max, Int64.max / 2, 0] {
-            log.finished(jobID: "J\(size)", kind: .uploadFile, outcome: .succeeded(JobResult(size: size, skipped: true)),
+            log.finished(jobID: "J\(size)", kind: .uploadFile, outcome: .succeeded(JobResult(size: size)),
                         startedAtMs: 1_000, now: 1_001)
         }
+        // A skipped one moved nothing: its line says so, with no rate at all.
+        log.finished(jobID: "JS", kind: .uploadFile, outcome: .succeeded(JobResult(size: Int64.max, skipped: true)),
+                     startedAtMs: 1_000, now: 1_001)
         let (objects, other) = jsonLines(lines.withLock { $0.joined(separator: "\n") })
         #expect(other.isEmpty, "\(other)")
         let rates = entries(objects, "succeeded").compactMap { (($0["fields"] as? [String: Any])?["bytes_per_second"] as? NSNumber)?.int64Value }
         #expect(rates == [Int64.max, Int64.max, 0], "\(objects)")
+        let skipped = entries(objects, "succeeded").compactMap { $0["fields"] as? [String: Any] }.filter { $0["skipped"] as? String == "yes" }
+        #expect(skipped.count == 1 && (skipped.first?["moved_bytes"] as? NSNumber)?.int64Value == 0, "\(objects)")
     }
 
     /// fetch-url's result names its object (its size among the metadata) but moves none of its bytes: its
