@@ -355,11 +355,12 @@ extension LocalPath {
         return "/" + parts.joined(separator: "/")
     }
 
-    /// `realpath(3)` of `path`, nil when any part of it does not exist or cannot be read.
-    private static func realPath(_ path: String) -> String? {
+    /// `realpath(3)` of `path`, nil when any part of it does not exist or cannot be read, or when what it
+    /// resolves to is not UTF-8 (`PathText`: decoded with U+FFFD it would name another file).
+    public static func realPath(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
-        return String(cString: resolved)
+        return PathText.decoded(cString: resolved)
     }
 }
 

@@ -11,14 +11,11 @@ import Storage
 /// may attach to it or read its memory (root still can). A worker with nothing secret (an SQLite log and
 /// `file://` or anonymous storage) stays dumpable, for bug reports.
 public enum CoreDumps {
-    /// The proxy variables libcurl reads, whose URL may carry a password (`http://user:pw@proxy:3128`).
-    static let proxyVariables = ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
-
     /// Whether a worker with this storage configuration, on a PostgreSQL log or not, in this environment
     /// (a proxy's password), holds a secret.
     public static func holdsSecrets(_ storage: StorageConfiguration, postgres: Bool, environment: [String: String]) -> Bool {
         postgres || storage.accessToken != nil || storage.tokenCommand != nil || storage.googleCredentials != nil
-            || proxyVariables.contains { environment[$0]?.utf8.contains(UInt8(ascii: "@")) == true }
+            || ProxyEnvironment.variables.contains { environment[$0]?.utf8.contains(UInt8(ascii: "@")) == true }
     }
 
     /// Turns core dumps (and same-user attaching) off for this process when it holds secrets; true when

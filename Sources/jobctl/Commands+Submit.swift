@@ -453,9 +453,8 @@ extension Commands {
         var existing = folder
         var rest: [Substring] = []
         while true {
-            if let resolved = realpath(existing, nil) {
-                defer { free(resolved) }
-                return LocalPath.standardize(([Substring(String(cString: resolved))] + rest.reversed()).joined(separator: "/"))
+            if let resolved = LocalPath.realPath(existing) {
+                return LocalPath.standardize(([Substring(resolved)] + rest.reversed()).joined(separator: "/"))
             }
             guard existing != "/", let last = SlashSeparatedPath.lastPart(of: existing) else { return folder }
             rest.append(last)

@@ -71,6 +71,13 @@ import TestSupport
             let path = try #require(try source(written, base: file))
             #expect(try String(contentsOfFile: path, encoding: .utf8) == "KERNEL", "\(written)")
         }
+        // A link into a folder whose name is not UTF-8 (`odd\xFF`) cannot be named: climbed by its text,
+        // never through that name decoded with U+FFFD (another folder's).
+        var target: [CChar] = Array((folder.path + "/lx/odd").utf8CString.dropLast()) + [CChar(bitPattern: 0xFF), 0]
+        #expect(mkdir(&target, 0o755) == 0)
+        #expect(symlink(&target, home + "/raw") == 0)
+        let climbed = LocalPath.resolve(home + "/raw/../t.txt")
+        #expect(climbed == home + "/t.txt" && !climbed.unicodeScalars.contains("\u{FFFD}"), "\(climbed)")
         // A folder not there yet is climbed by its text.
         #expect(LocalPath.resolve(home + "/new/../t.txt") == home + "/t.txt")
         #expect(LocalPath.resolve("/../a/./b//c") == "/a/b/c")
