@@ -147,3 +147,15 @@ extension StorageError: CustomReflectable {
         storage.mirror(of: self)
     }
 }
+
+extension StorageError {
+    /// An object too large for a download to memory, in one wording on every backend: what it is (the
+    /// reference, or "the object" where the URL beside the message names it), its size when known, the
+    /// limit, and the two ways out.
+    public static func downloadSizeExceeded(_ object: String, size: Int64?, maximum: Int64, url: String? = nil) -> StorageError {
+        let sized = size.map { "is \($0) bytes, more than" } ?? "is larger than"
+        return StorageError(.downloadSizeExceeded,
+                            "\(object) \(sized) max_size \(maximum) bytes; raise max_size or use download-file",
+                            url: url, total: size, maximum: maximum)
+    }
+}

@@ -1163,9 +1163,8 @@ public struct GCSBackend: StorageBackend {
         case .stopped(let reason): return .stopped(reason, nil)
         }
         guard object.size <= maxSize else {
-            throw StorageError(.downloadSizeExceeded,
-                               "\(reference) is \(object.size) bytes, more than the maximum of \(maxSize); raise max_size or download it to a file",
-                               url: redactedURL(objectURL(reference)), total: object.size, maximum: maxSize)
+            throw StorageError.downloadSizeExceeded("object '\(reference)'", size: object.size, maximum: maxSize,
+                                                    url: redactedURL(objectURL(reference)))
         }
         let progress = ProgressThrottle(total: object.size, report: report)
         let url = mediaURL(reference, generation: object.generation)

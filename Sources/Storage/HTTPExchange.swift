@@ -575,14 +575,10 @@ final class MemorySink: ResponseBodySink {
         if data.isEmpty, let checkAnswer { try checkAnswer(status, headers) }
         if data.isEmpty, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit {
             // Refused before reading the body: the server announced more than we accept.
-            throw StorageError(.downloadSizeExceeded,
-                               "the object is \(length) bytes, more than the maximum of \(limit); raise max_size or download it to a file",
-                               url: redactedURL(url), total: length, maximum: limit)
+            throw StorageError.downloadSizeExceeded("the object", size: length, maximum: limit, url: redactedURL(url))
         }
         if Int64(data.count + bytes.count) > limit {
-            throw StorageError(.downloadSizeExceeded,
-                               "the object is larger than the maximum of \(limit) bytes; raise max_size or download it to a file",
-                               url: redactedURL(url), maximum: limit)
+            throw StorageError.downloadSizeExceeded("the object", size: nil, maximum: limit, url: redactedURL(url))
         }
         if data.isEmpty, needsMD5?(status, headers) == true { checksums.enableMD5() }
         checksums.feed(bytes, at: Int64(data.count))

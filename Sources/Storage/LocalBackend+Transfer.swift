@@ -758,10 +758,7 @@ final class LocalTransfer {
         let (file, object, location) = try openObject()
         let total = object.size
         guard total <= maximum else {
-            throw StorageError(.downloadSizeExceeded,
-                               "object '\(location.reference)' is \(total) bytes, more than max_size \(maximum): "
-                                   + "raise max_size or use download-file",
-                               total: total, maximum: maximum)
+            throw StorageError.downloadSizeExceeded("object '\(location.reference)'", size: total, maximum: maximum)
         }
         // Read straight into the result, a buffer's worth at a time, rather than through the buffer.
         var data = Data(count: Int(total))

@@ -252,6 +252,7 @@ struct GCSBackendTests {
         #expect(error.code == .downloadSizeExceeded)
         #expect(error.total == 100_000)
         #expect(error.maximum == 1000)
+        #expect(error.message == "object 'gs://\(server.bucket)/large.bin' is 100000 bytes, more than max_size 1000 bytes; raise max_size or use download-file")
         #expect(recorder.progress.allSatisfy { $0 == 0 }, "no body bytes may be read: \(recorder.progress)")
     }
 

@@ -49,6 +49,8 @@ struct HTTPBackendTests {
         #expect(refused.code == .downloadSizeExceeded)
         #expect(refused.total == Int64(payload.count))
         #expect(refused.maximum == 1000)
+        // The one wording every backend uses (the URL beside it names the object).
+        #expect(refused.message == "the object is \(payload.count) bytes, more than max_size 1000 bytes; raise max_size or use download-file")
         #expect(recorder.progress.allSatisfy { $0 == 0 })
     }
 

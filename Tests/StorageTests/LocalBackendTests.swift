@@ -218,6 +218,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
             try await run(sandbox.backend(), JobSpec(kind: .downloadMemory, source: "file://b/big", maxSize: 4095), recorder: recorder)
         }
         #expect(error?.total == 4096 && error?.maximum == 4095)
+        #expect(error?.message == "object 'file://b/big' is 4096 bytes, more than max_size 4095 bytes; raise max_size or use download-file")
         #expect(recorder.progress.isEmpty)
     }
 
