@@ -185,8 +185,13 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// was recorded): a resumed attempt appends only to that very file.
     /// `total` is the file's size as the answer the bytes came from named it (absent in events logged
     /// before it was recorded): a resumed range whose answer names another size belongs to another file.
+    /// `prefixCRC32C` is the CRC32C (base64) of the `bytesWritten` bytes, recorded when an attempt stops
+    /// (a pause, a shutdown): a resumed attempt reads them back and starts over when they no longer
+    /// match — the temporary file was written to meanwhile — instead of finishing a file of mixed bytes
+    /// that, over plain HTTP without a served hash, nothing after would catch. Absent from the periodic
+    /// checkpoints (the stream's hashes run behind it) and from events logged before it was recorded.
     case download(bytesWritten: Int64, generation: String?, etag: String?, tempPath: String?, file: FileIdentity? = nil,
-                  total: Int64? = nil)
+                  total: Int64? = nil, prefixCRC32C: String? = nil)
     /// A sliced download of one GCS generation: the object's byte ranges fetched in parallel into
     /// `tempPath` (the very file `file`), each with the bytes from its start that are synced there.
     /// A later attempt fetches only what each slice still lacks.
@@ -237,7 +242,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     public var bytesDone: Int64 {
         switch self {
         case .upload(_, let offset, _, _): offset
-        case .download(let written, _, _, _, _, _): written
+        case .download(let written, _, _, _, _, _, _): written
         case .slicedDownload(let slices, _, _, _): slices.reduce(0) { $0.saturatingAdding($1.confirmed) }
         case .sentUpload(let total): total
         case .sentDelete, .unanswered: 0

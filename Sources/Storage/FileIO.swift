@@ -76,6 +76,12 @@ extension PartialFile {
         return try await FileIO.run(.commit, on: self) { file throws(StorageError) -> String in try file.commit(replacing: replacing) }
     }
 
+    /// `restartUnlessPrefixUnchanged()` on the file-I/O threads: the prefix read back may be gigabytes.
+    func restartUnlessPrefixUnchangedOffPool() async throws(StorageError) {
+        guard checksPrefix else { return }
+        try await FileIO.run(.readBack, on: self) { file throws(StorageError) in try file.restartUnlessPrefixUnchanged() }
+    }
+
     /// `sync()` on the file-I/O threads, or here on a filesystem kept in memory (see `commitOffPool`):
     /// a download stopped part-way keeps its bytes for the next attempt.
     func syncOffPool() async throws(StorageError) {

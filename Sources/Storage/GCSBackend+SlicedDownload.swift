@@ -17,7 +17,7 @@ extension GCSBackend {
     /// as they are): then in `configuration.sliceCount` slices, none holding a byte yet.
     func slices(for object: StorageObject, md5: Bool, resumingFrom resume: ResumePoint?) -> [DownloadSlice]? {
         guard object.size > 0, object.generation != nil, object.crc32c != nil, !md5 else { return nil }
-        if case .download(let written, let generation, _, _, _, _)? = resume, written > 0, generation == object.generation { return nil }
+        if case .download(let written, let generation, _, _, _, _, _)? = resume, written > 0, generation == object.generation { return nil }
         if let logged = loggedSlices(of: object, resumingFrom: resume) { return logged }
         guard let threshold = configuration.slicedThreshold, object.size >= threshold else { return nil }
         return DownloadSlice.plan(size: object.size, count: configuration.sliceCount)
@@ -65,6 +65,7 @@ extension GCSBackend {
             // else an attempt failing before its first checkpoint left it standing for the next.
             if let resume, resume.isDownload, resume.bytesDone > 0 { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
         }
+        let keptPrefix = plan.contains { $0.confirmed > 0 }
         let progress = ProgressThrottle(total: total, report: report)
         let crcs = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)
         let state = SlicedDownloadState(partial: partial, slices: plan, crcs: crcs, generation: generation,
@@ -144,7 +145,7 @@ extension GCSBackend {
                                                            remedy: "the copy was removed — download again")
         } catch {
             partial.discard()
-            throw error
+            throw keptPrefix ? error.afterKeptPrefix() : error
         }
         let path = try await partial.commitOffPool(replacing: replacing)
         progress.update(total)

@@ -1031,9 +1031,10 @@ public struct GCSBackend: StorageBackend {
         }
         let generation = object.generation
         var resume = resumePoint
-        if case .download(_, let recorded, _, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
+        if case .download(_, let recorded, _, _, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: within)
+        try await partial.restartUnlessPrefixUnchangedOffPool()
         if partial.bytesWritten > object.size { try partial.restart() }
         let total = object.size
         let progress = ProgressThrottle(total: total, report: report)
@@ -1102,7 +1103,7 @@ public struct GCSBackend: StorageBackend {
                                          remedy: "the copy was removed — download again")
         } catch {
             await sink.drop()
-            throw error
+            throw sink.keepsEarlierBytes ? error.afterKeptPrefix() : error
         }
         let path = try await sink.commit(replacing: replacing)
         progress.update(total)

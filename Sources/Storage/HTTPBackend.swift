@@ -492,7 +492,7 @@ public struct HTTPBackend: StorageBackend {
         // The file's size as the answer the kept bytes came from named it (logs before it was recorded: none).
         var kept: Int64?
         // (One that cannot be sent back, from a log written before `validator` left such out, is none.)
-        if case .download(_, _, let etag, _, _, let total)? = resume, let etag, !etag.isEmpty, HeaderValues.whyNotSendableBack(etag) == nil {
+        if case .download(_, _, let etag, _, _, let total, _)? = resume, let etag, !etag.isEmpty, HeaderValues.whyNotSendableBack(etag) == nil {
             validator = etag
             kept = total
         } else {
@@ -501,6 +501,7 @@ public struct HTTPBackend: StorageBackend {
         let recordedTotal = kept
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: within)
+        try await partial.restartUnlessPrefixUnchangedOffPool()
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.
@@ -655,8 +656,9 @@ public struct HTTPBackend: StorageBackend {
             verified = try served.verify(md5: ours.md5, crc32c: ours.crc32c, what: "downloaded file",
                                          remedy: "the copy was removed — download again", url: redactedURL(url))
         } catch {
+            let kept = sink.keepsEarlierBytes
             await sink.drop()
-            throw error
+            throw kept ? error.afterKeptPrefix() : error
         }
         let path = try await sink.commit(replacing: replacing)
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,

@@ -626,6 +626,9 @@ final class FileSink: ResponseBodySink {
     /// Bytes between two durable checkpoints.
     static let checkpointInterval: Int64 = 8 * 1024 * 1024
     private(set) var restartedFromZero = false
+    /// Whether the file holds bytes an earlier attempt kept (a resumed prefix not since dropped): a hash
+    /// that fails at the end may be theirs (`StorageError.afterKeptPrefix`).
+    private(set) var keepsEarlierBytes: Bool
     /// Whether any body byte of this response arrived (the 200-instead-of-206 check runs once).
     private var receivedAny = false
     /// Whether the log may hold a resume point with bytes in it: the download resumed from one, or a
@@ -648,6 +651,7 @@ final class FileSink: ResponseBodySink {
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
         self.logHoldsBytes = partial.bytesWritten > 0
+        self.keepsEarlierBytes = partial.bytesWritten > 0
         self.requestedOffset = requestedOffset
         self.checkpoint = checkpoint
         self.report = report
@@ -686,6 +690,7 @@ final class FileSink: ResponseBodySink {
         checksums.reset()
         offset = 0
         lastCheckpoint = 0
+        keepsEarlierBytes = false
         if logHoldsBytes {
             try handOver(.checkpoint(partial.resumePoint(generation: nil, etag: nil), bytesTotal: nil))
             logHoldsBytes = false
@@ -880,6 +885,11 @@ extension FileSink {
             return .stopped(.cancel, nil)
         case .stopped(let reason):
             try await partial.syncOffPool()
+            // Every byte kept was hashed in order: the point records their CRC32C, which the attempt that
+            // resumes checks (the stream's hashes end here with the attempt).
+            if checksums.isContiguous, checksums.hashedUpTo == partial.bytesWritten, partial.bytesWritten > 0 {
+                partial.recordPrefix(count: partial.bytesWritten, crc32c: checksums.finish().crc32c)
+            }
             let point = resumePoint(partial)
             report(.checkpoint(point, bytesTotal: bytesTotal))
             partial.close()

@@ -120,7 +120,7 @@ public struct LeftoverFiles: Sendable {
     public static func pathsInUse(_ resumePoints: [ResumePoint]) -> Set<String> {
         Set(resumePoints.compactMap { point -> String? in
             switch point {
-            case .download(_, _, _, let temp, _, _): temp
+            case .download(_, _, _, let temp, _, _, _): temp
             case .slicedDownload(_, _, let temp, _): temp
             case .upload(let uri, _, _, _): LocalUploadSession(uri: uri)?.path
             case .sentUpload, .sentDelete, .unanswered: nil
@@ -186,7 +186,7 @@ public struct LeftoverFiles: Sendable {
         // The job's name, and for a long destination name also as an older jobctl shortened it.
         let ours = PartialFile.tempNames(for: name, jobID: job.jobID)
         var recorded: (name: String, identity: FileIdentity)?
-        if case .download(_, _, _, let temp?, let identity?, _)? = job.resumePoint,
+        if case .download(_, _, _, let temp?, let identity?, _, _)? = job.resumePoint,
            LocalFiles.directory(of: temp) == folder,
            PartialFile.isTempName(LocalFiles.lastComponent(temp), for: name, jobID: nil)
             || PartialFile.isAttemptTempName(LocalFiles.lastComponent(temp), for: name, jobID: job.jobID) {

@@ -680,11 +680,12 @@ final class LocalTransfer {
         let total = object.size
         transferBytes = total
         var resume = resumePoint
-        if case .download(_, let generation, _, _, _, _)? = resume, generation != object.generation {
+        if case .download(_, let generation, _, _, _, _, _)? = resume, generation != object.generation {
             resume = nil  // The object changed since the pause: its prefix would be stale.
         }
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: spec.folderTail)
+        try partial.restartUnlessPrefixUnchanged()
         if partial.bytesWritten > total { try partial.restart() }
         if partial.bytesWritten == 0, let resumePoint, case .download = resumePoint, resumePoint.bytesDone > 0 {
             // Starting over (the object changed, the file was gone): the log's point no longer holds its bytes.
@@ -699,6 +700,7 @@ final class LocalTransfer {
         }
         let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
         try partial.readBack { hashes.update($0) }
+        let keptPrefix = partial.bytesWritten > 0
         try file.seek(to: partial.bytesWritten)
 
         let checkpoint = { (partial: PartialFile) -> ResumePoint in
@@ -713,6 +715,9 @@ final class LocalTransfer {
                     return .stopped(.cancel, nil)
                 }
                 try partial.sync()
+                // Every byte kept was hashed in order: the point records their CRC32C, which the attempt
+                // that resumes checks (the hashes end here with the attempt).
+                if partial.bytesWritten > 0 { partial.recordPrefix(count: partial.bytesWritten, crc32c: hashes.finish().crc32c) }
                 // Let go now (its lock too), not when the transfer's objects are freed: the next attempt
                 // may start in this process at once.
                 partial.close()
@@ -747,7 +752,7 @@ final class LocalTransfer {
             verified = try verify(object, md5: md5, crc32c: crc32c)
         } catch {
             partial.discard()
-            throw error
+            throw keptPrefix ? error.afterKeptPrefix() : error
         }
         let path = try partial.commit(replacing: rule.replaces)
         return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))

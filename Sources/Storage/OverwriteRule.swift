@@ -42,7 +42,7 @@ struct OverwriteRule {
     /// reports) leaves the destination being that very inode.
     static func fileWritten(by resumePoint: ResumePoint?) -> (path: String, identity: FileIdentity)? {
         switch resumePoint {
-        case .download(_, _, _, let temp?, let file?, _)?: (temp, file)
+        case .download(_, _, _, let temp?, let file?, _, _)?: (temp, file)
         case .slicedDownload(_, _, let temp, let file)?: (temp, file)
         case .upload(let uri, _, _, _)?:
             LocalUploadSession(uri: uri).flatMap { session in session.identity.map { (session.path, $0) } }

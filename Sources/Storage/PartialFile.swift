@@ -1,3 +1,4 @@
+import Checksums
 import Foundation
 import JobModel
 #if canImport(Glibc)
@@ -57,6 +58,12 @@ public final class PartialFile {
     public private(set) var removed = false
     /// The disk-full error that made a write remove the file (see `write(_:at:)`).
     private var removedForLackOfSpace: StorageError?
+    /// The CRC32C (base64) the log recorded for the resumed prefix (`ResumePoint.download`'s
+    /// `prefixCRC32C`), which `readBack` checks; nil when it recorded none or nothing was resumed.
+    private var recordedPrefixCRC32C: String?
+    /// The CRC32C of the first `count` bytes, as the attempt that wrote them computed them
+    /// (`recordPrefix`): in the resume point while `count` is `bytesWritten`.
+    private var prefixCRC32C: (count: Int64, crc32c: String)?
 
     /// Whether the temporary file is on a filesystem kept in memory, whose syncs return at once.
     var onMemoryFilesystem: Bool { file.onMemoryFilesystem }
@@ -184,6 +191,7 @@ public final class PartialFile {
             tempName = name
             bytesWritten = start
             resumed = true
+            if case .download(_, _, _, _, _, _, let crc32c?)? = resume { recordedPrefixCRC32C = crc32c }
         case .none(var frozenWriter):
             if resume == nil, let jobID, let stale = Self.attemptsOwnName(recorded, destinationName: name, jobID: jobID, in: directory) {
                 if let found = directory.entry(stale), found.isRegular, found.links == 1, found.couldBeOurLeftover {
@@ -244,7 +252,7 @@ public final class PartialFile {
                                         in directory: SafeDirectory) -> String? {
         let path: String?
         switch recorded {
-        case .download(_, _, _, let temp, _, _)?: path = temp
+        case .download(_, _, _, let temp, _, _, _)?: path = temp
         case .slicedDownload(_, _, let temp, _)?: path = temp
         default: path = nil
         }
@@ -268,7 +276,7 @@ public final class PartialFile {
     /// `.none` when there is none to continue (the caller starts a new one).
     private static func resumable(_ resume: ResumePoint?, in directory: SafeDirectory, destinationName: String,
                                   ours: String, jobID: String?) -> Resumable {
-        guard case .download(let written, _, _, let previousTemp, let recorded, _)? = resume else { return .none(frozenWriter: false) }
+        guard case .download(let written, _, _, let previousTemp, let recorded, _, _)? = resume else { return .none(frozenWriter: false) }
         let name: String
         var attemptsOwn = false
         if let previousTemp {
@@ -422,7 +430,16 @@ public final class PartialFile {
     /// Where a later attempt continues from: the bytes written so far (synced by the caller), this
     /// temporary file and its identity, pinned to `generation` or `etag`.
     public func resumePoint(generation: String?, etag: String?, total: Int64? = nil) -> ResumePoint {
-        .download(bytesWritten: bytesWritten, generation: generation, etag: etag, tempPath: tempPath, file: identity, total: total)
+        let prefix = prefixCRC32C.flatMap { $0.count == bytesWritten ? $0.crc32c : nil }
+        return .download(bytesWritten: bytesWritten, generation: generation, etag: etag, tempPath: tempPath, file: identity,
+                         total: total, prefixCRC32C: prefix)
+    }
+
+    /// Records the CRC32C (base64) of the file's first `count` bytes as the attempt computed them while
+    /// writing: an attempt that stops gives its resume point the hash of what it kept (see
+    /// `ResumePoint.download`'s `prefixCRC32C`).
+    public func recordPrefix(count: Int64, crc32c: String) {
+        prefixCRC32C = (count, crc32c)
     }
 
     /// The resume point of a download whose bytes were dropped: none held, no version pinned, so the next
@@ -509,6 +526,8 @@ public final class PartialFile {
         file = fresh
         bytesWritten = 0
         writeBackStart = 0
+        recordedPrefixCRC32C = nil
+        prefixCRC32C = nil
     }
 
     /// Syncs, renames the temporary file over the destination and syncs the directory, so the rename
@@ -597,6 +616,40 @@ public final class PartialFile {
             chunk(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
             offset += Int64(count)
         }
+    }
+
+    /// Whether the log recorded a CRC32C of the resumed prefix that `restartUnlessPrefixUnchanged` checks.
+    var checksPrefix: Bool { recordedPrefixCRC32C != nil }
+
+    /// A resumed prefix whose CRC32C the log recorded (`ResumePoint.download`'s `prefixCRC32C`) is read
+    /// back and hashed; when it no longer has that hash — the file was written to while the job was
+    /// paused (an edit in place keeps its size and inode) — the download starts over from byte 0
+    /// (`restart()`) instead of joining new bytes to changed ones. Called before the caller takes
+    /// `bytesWritten` as where its request starts. Returns whether it started over.
+    @discardableResult
+    public func restartUnlessPrefixUnchanged() throws(StorageError) -> Bool {
+        guard let recorded = recordedPrefixCRC32C else { return false }
+        recordedPrefixCRC32C = nil
+        var crc = CRC32C()
+        try readBack { crc.update($0) }
+        guard crc.base64 != recorded else { return false }
+        try restart()
+        return true
+    }
+}
+
+extension StorageError {
+    /// A downloaded file's hash check that failed when part of the file was kept from an earlier attempt:
+    /// those bytes sat on the disk between the attempts and may have changed there (an edit in place
+    /// during a pause or after a crash keeps a file's size and inode), so the object is not blamed for
+    /// good — the copy is removed as before, and the failure is retryable: the next attempt downloads
+    /// every byte, and a mismatch then is the object's or the server's.
+    func afterKeptPrefix() -> StorageError {
+        var error = self
+        error.retryable = true
+        error.message += " (part of the file was kept from an earlier attempt and may have changed on this disk since: "
+            + "a retry downloads the whole object)"
+        return error
     }
 }
 

@@ -225,7 +225,7 @@ enum Describe {
         return switch resume {
         case .upload(_, let offset, let total, _):
             "upload session, \(ByteSize.format(offset)) confirmed" + (total.map { " of \(ByteSize.format($0))" } ?? "")
-        case .download(let written, let generation, _, _, _, _):
+        case .download(let written, let generation, _, _, _, _, _):
             "\(ByteSize.format(written)) written" + (generation.map { " (generation \($0))" } ?? "")
         case .slicedDownload(let slices, let generation, _, _):
             "\(ByteSize.format(resume.bytesDone)) written in \(slices.count) slices (generation \(generation))"

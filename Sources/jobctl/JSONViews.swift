@@ -261,7 +261,7 @@ struct ResumePointView: Encodable {
             generation = nil
             etag = nil
             tempPath = nil
-        case .download(let written, let generation, let etag, let tempPath, _, _):
+        case .download(let written, let generation, let etag, let tempPath, _, _, _):
             type = "download"
             sessionURI = nil
             confirmedOffset = nil

@@ -54,7 +54,7 @@ struct DiedAfterLinkTests {
         let destination = directory.file("got.bin")
         let spec = JobSpec(kind: .downloadFile, source: object, destination: destination, ifExists: .fail)
         let (point, written) = try await diedAfterLink(backend, spec, at: destination)
-        guard case .download(_, _, _, let temp?, let file?, _) = point, temp == written.path, file == written.identity else {
+        guard case .download(_, _, _, let temp?, let file?, _, _) = point, temp == written.path, file == written.identity else {
             throw TestServerError("expected a download checkpoint, got \(point)")
         }
 

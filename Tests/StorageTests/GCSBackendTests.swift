@@ -185,7 +185,7 @@ struct GCSBackendTests {
             if case .progress(let done, _) = event, done >= 1_000_000 { control.stop(.pause) }
         }
         let outcome = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, let generation, _, let temp, _, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, let generation, _, let temp, _, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }
@@ -204,8 +204,15 @@ struct GCSBackendTests {
         #expect(Int64(payload.count) - firstReported < Int64(payload.count))
     }
 
-    @Test("a corrupted partial prefix is caught by the checksum: nonMatchingChecksum, nothing left behind")
-    func checksumMismatchOnCorruptPrefix() async throws {
+    /// A partial prefix changed on the disk between two attempts (one byte inverted in place: same size,
+    /// same inode). After a pause the point records the prefix's CRC32C, so the resuming attempt finds the
+    /// change before it fetches a byte and downloads the whole object; after a crash (a periodic
+    /// checkpoint, no CRC32C) the object's CRC32C catches it at the end. That failed the job for good as
+    /// `nonMatchingChecksum`, blaming an object that was whole: now retryable, the copy removed, and the
+    /// next attempt, from byte 0, gets the object.
+    @Test("a partial prefix changed on disk: a paused one starts over, a crashed one's mismatch is retryable",
+          arguments: [true, false])
+    func changedPrefixIsNotTheObjectsFault(paused: Bool) async throws {
         let server = try EmulatorServer.start()
         defer { server.stop() }
         let directory = try TemporaryDirectory()
@@ -220,23 +227,54 @@ struct GCSBackendTests {
             if case .progress(let done, _) = event, done >= 500_000 { control.stop(.pause) }
         }
         let outcome = try await run(backend, spec, control: control, recorder: first).get()
-        guard case .stopped(.pause, let point?) = outcome, case .download(_, _, _, let temp?, _, _) = point else {
+        guard case .stopped(.pause, let stopped?) = outcome, case .download(_, _, _, let temp?, _, _, _) = stopped else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }
-        // Flip one byte of the synced prefix, as a bad disk would.
-        let handle = try #require(FileHandle(forUpdatingAtPath: temp))
-        try handle.seek(toOffset: 1000)
-        let original = try #require(try handle.read(upToCount: 1)?.first)
-        try handle.seek(toOffset: 1000)
-        try handle.write(contentsOf: [original ^ 0xFF])
-        try handle.close()
+        #expect(stopped.prefixCRC32C != nil, "a pause records the CRC32C of what it kept: \(stopped)")
+        let point = paused ? stopped : stopped.withoutPrefixCRC32C
+        try invertBytes(at: 1000, count: 1, inFileAt: temp)
 
-        let error = try failure(await run(backend, spec, resume: point))
-        #expect(error.code == .nonMatchingChecksum)
-        #expect(!error.retryable)
+        let second = EventRecorder()
+        if paused {
+            _ = try finished(await run(backend, spec, resume: point, recorder: second))
+            #expect(second.progress.first == 0, "the changed prefix was continued: \(second.progress.prefix(3))")
+        } else {
+            let error = try failure(await run(backend, spec, resume: point, recorder: second))
+            #expect(error.code == .nonMatchingChecksum)
+            #expect(error.retryable, "\(error)")
+            #expect(!FileManager.default.fileExists(atPath: destination))
+            #expect(!FileManager.default.fileExists(atPath: temp))
+            #expect(second.checkpoints.last?.holdsNoDownloadedBytes == true, "\(second.checkpoints)")
+            _ = try finished(await run(backend, spec, resume: second.checkpoints.last))
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
+    }
+
+    /// A download from byte 0 whose bytes do not match the object's CRC32C is the object's or the server's
+    /// fault: `nonMatchingChecksum` for good, nothing left behind.
+    @Test func aWholeDownloadThatDoesNotMatchFailsForGood() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let payload = patternData(300_000, seed: 4)
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .rewriteResponse { _, response in
+                var body = response.body
+                if !body.isEmpty { body[body.startIndex] ^= 0xFF }
+                response.body = body
+            }),
+        ])
+        defer { proxy.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let backend = GCSBackend(configuration: emulatorConfiguration(server))
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "gs://\(server.bucket)/whole.bin", data: payload)))
+        let destination = directory.file("whole.bin")
+        let proxied = GCSBackend(configuration: StorageConfiguration(gcsEndpoint: proxy.baseURL, usesEmulator: true,
+                                                                     firebaseEndpoint: proxy.baseURL, stallTimeout: 30, connectTimeout: 5))
+        let error = try failure(await run(proxied, JobSpec(kind: .downloadFile, source: "gs://\(server.bucket)/whole.bin", destination: destination)))
+        #expect(error.code == .nonMatchingChecksum && !error.retryable, "\(error)")
         #expect(!FileManager.default.fileExists(atPath: destination))
-        #expect(!FileManager.default.fileExists(atPath: temp))
     }
 
     @Test("download-memory refuses an object above max_size before reading its body")

@@ -73,7 +73,7 @@ struct HTTPBackendTests {
         let filesystem = try runProcess("/usr/bin/stat", ["-f", "--format=%T", directory.path]).stdout
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(firstJournal.recorded == (filesystem == "tmpfs" ? [] : [.sync]), "\(filesystem): \(firstJournal.recorded)")
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _, _, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, let etag, _, _, _, _) = point else {
             Issue.record("expected a paused download, got \(outcome)")
             return
         }
@@ -90,7 +90,7 @@ struct HTTPBackendTests {
         let checkpoints = second.checkpoints
         #expect(checkpoints.count == 2, "\(checkpoints)")
         var previous = written
-        for case .download(let bytes, _, let validator, _, _, _) in checkpoints {
+        for case .download(let bytes, _, let validator, _, _, _, _) in checkpoints {
             #expect(bytes - previous >= 8 << 20 && bytes - previous < 9 << 20, "checkpoint gap \(bytes - previous)")
             #expect(validator == etag)
             previous = bytes
@@ -142,6 +142,32 @@ struct HTTPBackendTests {
         #expect(last.contains("\" 200 10485760 \"bytes="), "a ranged request answered whole: \(last)")
     }
 
+    /// A paused download's partial file edited in place while the job waits (same size, same inode, the
+    /// file on the server unchanged): nginx serves no hash, so the resumed attempt joined the rest to the
+    /// changed prefix and the job succeeded with a file that matched nothing. The pause now records the
+    /// prefix's CRC32C; the resuming attempt reads the prefix back, finds it changed and downloads the
+    /// whole file.
+    @Test func aPartialFileEditedDuringThePauseIsDownloadedAgain() async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (backend, spec, outcome) = try await pausedDownload(of: 6 << 20, from: server, into: directory)
+        let destination = try #require(spec.destination)
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _, _, _) = point else {
+            Issue.record("expected a paused download with its temporary file, got \(outcome)")
+            return
+        }
+        #expect(point.prefixCRC32C != nil, "\(point)")
+        try invertBytes(at: 1000, count: 7, inFileAt: tempPath)
+        let second = EventRecorder()
+        let result = try finished(await run(backend, spec, resume: point, recorder: second))
+        #expect(result.size == 6 << 20)
+        #expect(try fileMD5(destination) == fileMD5(server.root + "/f.bin"), "a changed prefix was joined to the rest")
+        #expect(second.checkpoints.first?.holdsNoDownloadedBytes == true, "the log kept the \(written) changed bytes: \(second.checkpoints)")
+        // (An untouched prefix is still continued, its CRC32C recorded as here: `rangedResume`.)
+    }
+
     @Test("a restart from byte 0 writes a new file: a stale attempt still holding the old one cannot reach the result")
     func restartLeavesTheOldFileToItsWriter() async throws {
         // Worker A paused (here: stopped) part-way, then frozen past its lease with the partial file open;
@@ -155,7 +181,7 @@ struct HTTPBackendTests {
         defer { directory.remove() }
         let (backend, spec, outcome) = try await pausedDownload(of: 8 << 20, from: server, into: directory)
         let destination = try #require(spec.destination)
-        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _, _) = point else {
+        guard case .stopped(.pause, let point?) = outcome, case .download(let written, _, _, let tempPath?, _, _, _) = point else {
             Issue.record("expected a paused download with its temporary file, got \(outcome)")
             return
         }

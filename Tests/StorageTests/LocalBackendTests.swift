@@ -674,7 +674,7 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         let stopped = try await run(sandbox.backend(checkpoint: 3 * 1024 * 1024), spec, recorder: Recorder(stopAtCheckpoint: .pause))
 
         guard case .stopped(.pause, let point?) = stopped,
-              case .download(let written, let generation, _, let tempPath?, _, _) = point else {
+              case .download(let written, let generation, _, let tempPath?, _, _, _) = point else {
             Issue.record("expected a paused download with a resume point, got \(stopped)")
             return
         }
@@ -690,6 +690,41 @@ private func expectError(_ code: StorageErrorCode, _ body: () async throws(Stora
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
         #expect(result.md5 == nil && result.crc32c == checksums(bytes).crc32c)
         #expect(!FileManager.default.fileExists(atPath: tempPath))
+    }
+
+    /// The partial file of a paused `file://` download changed in place before the resume (same size,
+    /// same inode): the pause recorded the prefix's CRC32C, so the resumed attempt starts over and the file
+    /// is the object. Without that record (the periodic checkpoint a crashed worker left) the object's
+    /// CRC32C catches it at the end — it failed the job for good, saying "the object or its metadata is
+    /// corrupt" of a whole object; now retryable, and the retry from byte 0 gets it.
+    @Test(arguments: [true, false])
+    func aPartialFileChangedOnDiskIsNotTheObjectsFault(paused: Bool) async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.directory.remove() }
+        let bytes = try randomData(5 * 1024 * 1024 + 3)
+        _ = try finished(try await run(sandbox.backend(), JobSpec(kind: .uploadData, destination: "file://b/p.bin", data: bytes)))
+        let destination = sandbox.directory.file("dl/p.bin")
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/p.bin", destination: destination)
+        let stopped = try await run(sandbox.backend(checkpoint: 2 * 1024 * 1024), spec, recorder: Recorder(stopAtCheckpoint: .pause))
+        guard case .stopped(.pause, let point?) = stopped, case .download(_, _, _, let tempPath?, _, _, _) = point else {
+            Issue.record("expected a paused download with a resume point, got \(stopped)")
+            return
+        }
+        #expect(point.prefixCRC32C != nil, "\(point)")
+        try invertBytes(at: 4096, count: 3, inFileAt: tempPath)
+        let resuming = Recorder()
+        if paused {
+            _ = try finished(try await run(sandbox.backend(), spec, from: point, recorder: resuming))
+            #expect(resuming.progress.first == 0, "\(resuming.progress.prefix(3))")
+        } else {
+            let error = await expectError(.nonMatchingChecksum) { () throws(StorageError) in
+                try await run(sandbox.backend(), spec, from: point.withoutPrefixCRC32C, recorder: resuming)
+            }
+            #expect(error?.retryable == true, "\(String(describing: error))")
+            #expect(!FileManager.default.fileExists(atPath: tempPath))
+            _ = try finished(try await run(sandbox.backend(), spec, from: resuming.checkpoints.last))
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
     }
 
     @Test func downloadResumeAfterTheObjectChangedStartsOver() async throws {

@@ -172,7 +172,7 @@ import TestSupport
             let held: Int64
             switch point {
             case .upload(_, let confirmed, _, _): held = confirmed
-            case .download(let written, _, _, _, _, _): held = written
+            case .download(let written, _, _, _, _, _, _): held = written
             default:
                 Issue.record("attempt \(attempt): a resume point of another kind: \(point)")
                 return

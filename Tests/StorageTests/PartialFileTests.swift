@@ -167,7 +167,7 @@ import TestSupport
 
         // The retry stops (paused); its resume point names its own file, which the next attempt continues.
         let point = retry!.resumePoint(generation: "1", etag: nil)
-        guard case .download(3, _, _, let recorded?, let file?, _) = point else {
+        guard case .download(3, _, _, let recorded?, let file?, _, _) = point else {
             Issue.record("resume point \(point)")
             return
         }

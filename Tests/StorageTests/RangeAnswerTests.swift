@@ -190,7 +190,7 @@ struct RangeAnswerTests {
         defer { directory.remove() }
         let destination = directory.file("g.bin")
         guard let (backend, spec, point) = try await Self.pausedPartWay(proxy, "g.bin", into: directory, jobID: "01RANGESIZE") else { return }
-        guard case .download(_, _, _, _, _, let total) = point else { Issue.record("\(point)"); return }
+        guard case .download(_, _, _, _, _, let total, _) = point else { Issue.record("\(point)"); return }
         #expect(total == Int64(payload.count), "the size the first answer named is kept: \(point)")
         let refusing = EventRecorder()
         let refused = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01RANGESIZE"), recorder: refusing))
@@ -316,7 +316,7 @@ struct RangeAnswerTests {
         defer { directory.remove() }
         guard let (backend, spec, paused) = try await Self.pausedPartWay(proxy, "k.bin", into: directory, jobID: "01RANGEVALID") else { return }
         // As a log written before the fix holds it: the server's validator, as it came.
-        guard case .download(let written, let generation, _, let tempPath, let file, _) = paused else {
+        guard case .download(let written, let generation, _, let tempPath, let file, _, _) = paused else {
             Issue.record("not a download's resume point: \(paused)")
             return
         }
@@ -329,7 +329,7 @@ struct RangeAnswerTests {
         #expect(last.request.header("Range") == nil && last.request.header("If-Range") == nil, "\(header): the whole file was asked for")
         // What this attempt's checkpoints record carries no such validator.
         let again = try await Self.pausedPartWay(proxy, "k.bin", into: directory, jobID: "01RANGEVALID2")
-        guard case .download(_, _, let etag, _, _, _)? = again?.point else {
+        guard case .download(_, _, let etag, _, _, _, _)? = again?.point else {
             Issue.record("not a download's resume point: \(String(describing: again?.point))")
             return
         }
@@ -453,7 +453,7 @@ struct RangeAnswerTests {
     /// leaves (a chunked answer without its last chunk). Made from a paused download's, with the rest of
     /// the file appended to the very partial file.
     private func heldWhole(_ point: ResumePoint) throws -> ResumePoint? {
-        guard case .download(let written, let generation, let etag, let tempPath?, let file, _) = point else {
+        guard case .download(let written, let generation, let etag, let tempPath?, let file, _, _) = point else {
             Issue.record("\(point)"); return nil
         }
         let handle = try #require(FileHandle(forWritingAtPath: tempPath))

@@ -138,7 +138,7 @@ struct SafeFilesTests {
         let control = TransferControl(jobID: jobID)
         let point = try pausedPoint(await run(scene.local(checkpoint: 1024 * 1024), spec, control: control,
                                               recorder: pauseAtFirstCheckpoint(control)))
-        guard case .download(let written, _, _, let temp?, let identity?, _) = point else {
+        guard case .download(let written, _, _, let temp?, let identity?, _, _) = point else {
             Issue.record("the resume point records no temporary file or identity: \(point)")
             return
         }
@@ -178,7 +178,7 @@ struct SafeFilesTests {
         let control = TransferControl(jobID: jobID)
         let point = try pausedPoint(await run(scene.local(checkpoint: 1024 * 1024), spec, control: control,
                                               recorder: pauseAtFirstCheckpoint(control)))
-        guard case .download(_, _, _, let temp?, _, _) = point else { Issue.record("\(point)"); return }
+        guard case .download(_, _, _, let temp?, _, _, _) = point else { Issue.record("\(point)"); return }
 
         // A victim at least as long as the recorded prefix, hard-linked in place of the partial.
         let victimBytes = Data(repeating: 0x5A, count: 2 * 1024 * 1024)
@@ -204,7 +204,7 @@ struct SafeFilesTests {
         let control = TransferControl()   // no job: the old name
         let point = try pausedPoint(await run(scene.local(checkpoint: 1024 * 1024), spec, control: control,
                                               recorder: pauseAtFirstCheckpoint(control)))
-        guard case .download(let written, let generation, _, let temp?, _, _) = point else { Issue.record("\(point)"); return }
+        guard case .download(let written, let generation, _, let temp?, _, _, _) = point else { Issue.record("\(point)"); return }
         #expect(temp == PartialFile.tempPath(for: destination))
         // As an event logged by an older jobctl decodes: no identity.
         let old = ResumePoint.download(bytesWritten: written, generation: generation, etag: nil, tempPath: temp)

@@ -141,3 +141,30 @@ func localBuckets(_ name: String, making folder: String = "b") throws -> (direct
     try FileManager.default.createDirectory(atPath: buckets + "/" + folder, withIntermediateDirectories: true)
     return (directory, buckets, LocalBackend(configuration: StorageConfiguration(localBucketsDirectory: buckets)))
 }
+
+extension ResumePoint {
+    /// The same point without the CRC32C of its prefix: what a periodic checkpoint records (the last one
+    /// a worker that died wrote), as against the point of an attempt that stopped.
+    var withoutPrefixCRC32C: ResumePoint {
+        guard case .download(let written, let generation, let etag, let temp, let file, let total, _) = self else { return self }
+        return .download(bytesWritten: written, generation: generation, etag: etag, tempPath: temp, file: file, total: total)
+    }
+
+    /// The CRC32C of the prefix the point records, if any.
+    var prefixCRC32C: String? {
+        guard case .download(_, _, _, _, _, _, let crc32c) = self else { return nil }
+        return crc32c
+    }
+}
+
+/// Overwrites `count` bytes at `offset` of the file at `path` in place (same size, same inode), each
+/// byte inverted: an edit a person or a program makes to a paused download's partial file.
+func invertBytes(at offset: UInt64, count: Int, inFileAt path: String) throws {
+    let handle = try #require(FileHandle(forUpdatingAtPath: path))
+    defer { try? handle.close() }
+    try handle.seek(toOffset: offset)
+    let original = try #require(try handle.read(upToCount: count))
+    try handle.seek(toOffset: offset)
+    try handle.write(contentsOf: Data(original.map { $0 ^ 0xFF }))
+    try handle.synchronize()
+}

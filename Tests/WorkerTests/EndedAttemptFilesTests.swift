@@ -104,7 +104,7 @@ private final class HeldRemovalBackend: StorageBackend {
         _ = try await run.value
         #expect(paused)
         let job = try #require(try store.job(id))
-        guard case .download(let written, _, _, let tempPath, _, _)? = job.resumePoint else {
+        guard case .download(let written, _, _, let tempPath, _, _, _)? = job.resumePoint else {
             Issue.record("the paused job has no download resume point: \(String(describing: job.resumePoint))")
             return
         }

@@ -232,7 +232,7 @@ import TestSupport
         }
         // Held at its commit's rename: every byte written, its checkpoint in the log.
         let committing = eventually(seconds: 60) {
-            guard case .download(let written, _, _, _, _, _)? = try? EventStore(path: scene.database, readOnly: true).job(scene.id)?.resumePoint,
+            guard case .download(let written, _, _, _, _, _, _)? = try? EventStore(path: scene.database, readOnly: true).job(scene.id)?.resumePoint,
                   written == Self.checkpoint else { return false }
             let size = (try? FileManager.default.attributesOfItem(atPath: scene.partial)[.size] as? Int64) ?? nil
             return size == SidecarTemporaryTests.resumableSourceSize && Self.held(first, in: Self.renameNumbers)
@@ -360,7 +360,7 @@ struct FrozenDownload {
                                                 "-e", "inject=rename,renameat,renameat2:delay_enter=60s"])
         var identity: FileIdentity?
         let checkpointed = eventually(seconds: 60) {
-            guard case .download(let written, _, _, _, let file?, _)? = try? EventStore(path: database, readOnly: true).job(id)?.resumePoint,
+            guard case .download(let written, _, _, _, let file?, _, _)? = try? EventStore(path: database, readOnly: true).job(id)?.resumePoint,
                   written == FrozenWriterTests.checkpoint else { return false }
             identity = file
             // Every byte written: the commit's rename is next (held).

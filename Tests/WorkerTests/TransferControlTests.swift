@@ -56,7 +56,7 @@ import TestSupport
 
         // Pause kept its bytes; cancel removed its partial file.
         let pausedJob = try #require(try store.job(ids[0]))
-        guard case .download(let written, _, _, let tempPath, _, _)? = pausedJob.resumePoint else {
+        guard case .download(let written, _, _, let tempPath, _, _, _)? = pausedJob.resumePoint else {
             Issue.record("paused job has no download resume point: \(String(describing: pausedJob.resumePoint))")
             return
         }
