@@ -979,6 +979,12 @@ struct ManifestReader {
         if standardized == "/" {
             return fail(&self, "'\(text.value)' names the root folder; expected a file")
         }
+        // A name jobctl keeps for its own files (a `file://` object's metadata sidecar, a partial download):
+        // a download written there would stand in for one — a bucket folder's sidecar forged, another
+        // job's partial file replaced.
+        if let name = LocalPath.lastComponent(standardized), HiddenName.isReserved(name) {
+            return fail(&self, "'\(text.value)': \(HiddenName.reservedMessage(name))")
+        }
         return standardized
     }
 

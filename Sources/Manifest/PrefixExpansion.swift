@@ -90,6 +90,7 @@ public struct PrefixExpansion: Sendable, Hashable {
         var specs: [JobSpec] = []
         // Names the filter takes that no job can download, by why: not a safe relative path, a NUL, no reference.
         var unsafe: [String] = []
+        var reserved: [String] = []
         var withNUL: [String] = []
         var unnamed: [(name: String, reason: String)] = []
         // Objects whose path under the folder the kernel would refuse (ENAMETOOLONG), and why, for the first.
@@ -106,6 +107,12 @@ public struct PrefixExpansion: Sendable, Hashable {
             let parts = SlashSeparatedPath.parts(of: relative, keepingEmpty: true)
             if parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) {
                 unsafe.append(name)
+                continue
+            }
+            // A name jobctl keeps for its own files (`.x.jobctl-meta.json`: a `file://` bucket's metadata
+            // sidecar): downloaded into a bucket's folder, the object would stand in for one.
+            if parts.contains(where: { HiddenName.isReserved($0) }) {
+                reserved.append(name)
                 continue
             }
             var spec = template
@@ -136,6 +143,11 @@ public struct PrefixExpansion: Sendable, Hashable {
             refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(unsafe.count)) under '\(prefixText)' has a name that is not a "
                 + "safe relative path ('..', '.', an empty segment or a leading '/'): it cannot be written under '\(destinationFolder)/', "
                 + "and no reference names it as it is; 'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
+        }
+        if let first = reserved.first {
+            refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(reserved.count)) under '\(prefixText)' has a name jobctl "
+                + "keeps for its own temporary and metadata files (ending in \(HiddenName.reservedSuffixes.joined(separator: ", "))): "
+                + "it is not written under '\(destinationFolder)/'; 'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
         }
         if let first = withNUL.first {
             refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(withNUL.count)) under '\(prefixText)' has a NUL character in "

@@ -403,6 +403,22 @@ import TestSupport
         #expect(errors.first?.message.contains(reason) == true, "\(errors)")
     }
 
+    /// An object named like a `file://` bucket's metadata sidecar (or another of jobctl's own files), in
+    /// its name or a folder of it, was downloaded as any other: into a bucket's folder it stood in for the
+    /// real object's sidecar (another content type and generation believed, its custom metadata gone).
+    /// Refused now, with the advice to exclude it; excluded, the rest expands.
+    @Test(arguments: ["photos/.a.jpg.jobctl-meta.json", "photos/x.jobctl-upload/b.jpg", "photos/.c.jpg.01ABC.jobctl-partial"])
+    func objectsNamedLikeJobctlsOwnFilesAreRefused(_ name: String) throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: out/\n")
+        let errors = try #require(expansion.jobs(objectNames: ["photos/a.jpg", name]).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
+        #expect(errors.first?.message.contains("has a name jobctl keeps for its own temporary and metadata files") == true, "\(errors)")
+        let relative = String(name.dropFirst("photos/".count))
+        let excluded = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: out/\n  exclude: [\"\(relative)\"]\n")
+        let specs = try #require(excluded.jobs(objectNames: ["photos/a.jpg", name]).jobs, "\(excluded)")
+        #expect(specs.map(\.destination) == [testBase + "/out/a.jpg"])
+    }
+
     /// Each name no job can download is refused for its own reason: a NUL, and a name over Cloud
     /// Storage's 1,024 bytes, were "not a safe relative path ('..', '.', an empty segment or a leading
     /// '/')". And the advice to "'exclude:' it" holds: the filters are asked first (such names were

@@ -30,6 +30,21 @@ import TestSupport
         #expect(try String(contentsOfFile: partial.tempPath, encoding: .utf8) == "theirs", "their file is left alone")
     }
 
+    /// A job a log holds from before `submit` refused such destinations (or a prefix's folder made from an
+    /// object name): the worker refuses to write a name jobctl keeps for its own files, and nothing is made.
+    @Test(arguments: [(".a.txt.jobctl-meta.json", nil), ("x.jobctl-upload/a.txt", "x.jobctl-upload/a.txt")] as [(String, String?)])
+    func aDestinationNamedLikeJobctlsOwnFilesIsRefused(_ relative: String, within: String?) throws {
+        let directory = try TemporaryDirectory("jobctl-partial")
+        defer { directory.remove() }
+        do {
+            _ = try PartialFile(destination: directory.file(relative), jobID: "01JOB", resumeFrom: nil, within: within)
+            Issue.record("a reserved name was opened for writing")
+        } catch {
+            #expect(error.code == .invalidArgument && error.message.contains("is reserved for jobctl's temporary and metadata files"), "\(error)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+    }
+
     @Test func commitRenamesTheTemporaryFileOverTheDestination() throws {
         let directory = try TemporaryDirectory("jobctl-partial")
         defer { directory.remove() }
