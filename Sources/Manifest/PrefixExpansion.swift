@@ -91,6 +91,7 @@ public struct PrefixExpansion: Sendable, Hashable {
         // Names the filter takes that no job can download, by why: not a safe relative path, a NUL, no reference.
         var unsafe: [String] = []
         var reserved: [String] = []
+        var controlled: [String] = []
         var withNUL: [String] = []
         var unnamed: [(name: String, reason: String)] = []
         // Objects whose path under the folder the kernel would refuse (ENAMETOOLONG), and why, for the first.
@@ -113,6 +114,12 @@ public struct PrefixExpansion: Sendable, Hashable {
             // sidecar): downloaded into a bucket's folder, the object would stand in for one.
             if parts.contains(where: { HiddenName.isReserved($0) }) {
                 reserved.append(name)
+                continue
+            }
+            // A control character (a line break, a tab, an escape) in a file's name, as a single download
+            // into a folder refuses it: names such as `a\nb` break every line-based tool that lists them.
+            if relative.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
+                controlled.append(name)
                 continue
             }
             var spec = template
@@ -148,6 +155,11 @@ public struct PrefixExpansion: Sendable, Hashable {
             refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(reserved.count)) under '\(prefixText)' has a name jobctl "
                 + "keeps for its own temporary and metadata files (ending in \(HiddenName.reservedSuffixes.joined(separator: ", "))): "
                 + "it is not written under '\(destinationFolder)/'; 'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
+        }
+        if let first = controlled.first {
+            refusals.append(error(.invalidPath, "the object '\(TerminalText.printable(shown(first)))'\(more(controlled.count)) under '\(prefixText)' "
+                + "has a control character in its name, which no file name should hold: it is not written under '\(destinationFolder)/'; "
+                + "'exclude:' it or narrow the prefix", at: sourceMark, line: sourceLine))
         }
         if let first = withNUL.first {
             refusals.append(error(.invalidPath, "the object '\(shown(first))'\(more(withNUL.count)) under '\(prefixText)' has a NUL character in "

@@ -419,6 +419,16 @@ import TestSupport
         #expect(specs.map(\.destination) == [testBase + "/out/a.jpg"])
     }
 
+    /// An object whose name holds a control character (a tab, a line break, U+0001) was written under the
+    /// folder as a file so named, where a single download into a folder, and an HTTP URL, refuse it.
+    @Test(arguments: ["photos/ctl\u{1}x", "photos/a\tb", "photos/line\nbreak/c.jpg", "photos/del\u{7F}"])
+    func objectsWithControlCharactersInTheirNamesAreRefused(_ name: String) throws {
+        let expansion = try prefixJob("- kind: download-file\n  source: gs://bkt/photos/\n  destination: out/\n")
+        let errors = try #require(expansion.jobs(objectNames: ["photos/a.jpg", name]).errors)
+        #expect(errors.map { "\($0.line):\($0.column) \($0.code)" } == ["2:11 invalidPath"])
+        #expect(errors.first?.message.contains("has a control character in its name") == true, "\(errors)")
+    }
+
     /// Each name no job can download is refused for its own reason: a NUL, and a name over Cloud
     /// Storage's 1,024 bytes, were "not a safe relative path ('..', '.', an empty segment or a leading
     /// '/')". And the advice to "'exclude:' it" holds: the filters are asked first (such names were
