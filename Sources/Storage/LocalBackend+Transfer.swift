@@ -343,15 +343,15 @@ final class LocalTransfer {
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw error
         }
+        var objectTaken = false
         do throws(StorageError) {
             if rule.replaces {
                 try location.directory.rename(session.name, to: location.name)
-            } else {
-                // `if_exists: fail`: linked into place only if nothing took the name since the check above.
-                guard try location.directory.linkExclusive(session.name, to: location.name) else {
-                    throw StorageError.destinationExists(reference.description)
-                }
+            } else if try location.directory.linkExclusive(session.name, to: location.name) {
+                // `if_exists: fail` or `skip`: linked into place only if nothing took the name since the check above.
                 location.directory.remove(session.name, ifStill: session.identity)
+            } else {
+                objectTaken = true
             }
         } catch {
             // The session's name gone at the rename: another attempt of the job adopted the file (this
@@ -363,6 +363,14 @@ final class LocalTransfer {
             if let departure = location.directory.departure { throw LocalBackend.folderLeft(location, departure) }
             if taken { throw Self.sessionTaken(session, in: location) }
             throw error
+        }
+        if objectTaken {
+            // An object written at the name while this upload ran: `fail` refuses, `skip` leaves it.
+            session.discard(in: location)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            try rule.settleTakenUpload(reference.description)
+            let found = location.directory.entry(location.name).flatMap { $0.isRegular ? try? backend.readMetadata(location, status: $0) : nil }
+            return OverwriteRule.skippedUpload(found ?? StorageObject(bucket: reference.bucket, name: reference.fullPath, size: -1))
         }
         do {
             try location.directory.rename(sidecar.name, to: location.sidecarName)
@@ -749,7 +757,7 @@ final class LocalTransfer {
             partial.discard()
             throw error
         }
-        let path = try partial.commit(replacing: rule.replaces)
+        guard let path = try partial.commitUnlessTaken(replacing: rule.replaces) else { return try rule.downloadFoundTaken(destination) }
         return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))
     }
 
