@@ -294,10 +294,13 @@ final class LocalTransfer {
 
         var diskFull = false
         let sidecar: (name: String, identity: FileIdentity)
+        // An object this upload replaces passes its mode (and owner, where the worker may) to the new one
+        // and its sidecar (`LocalFile.takeAccess`), as it does to a download's destination.
+        let replaced = rule.replaces ? location.directory.entry(location.name).flatMap { $0.isRegular ? $0 : nil } : nil
         do {
             try temp.sync()
             sidecar = try backend.createMetadata(object, describing: session.identity, for: location, control: control,
-                                                 diskFull: &diskFull)
+                                                 access: replaced, diskFull: &diskFull)
         } catch {
             // A folder removed or moved away: its sidecar could not be made there, and the error says why.
             if let departure = location.directory.departure {
@@ -346,6 +349,7 @@ final class LocalTransfer {
         var objectTaken = false
         do throws(StorageError) {
             if rule.replaces {
+                if let now = location.directory.entry(location.name), now.isRegular { try temp.takeAccess(of: now) }
                 try location.directory.rename(session.name, to: location.name)
             } else if try location.directory.linkExclusive(session.name, to: location.name) {
                 // `if_exists: fail` or `skip`: linked into place only if nothing took the name since the check above.

@@ -517,6 +517,9 @@ public final class PartialFile {
     /// (removed, moved away, another made at its name), or a temporary name that no longer holds this
     /// file (swapped meanwhile), is not renamed into place (retryable `pathError` saying which).
     ///
+    /// A regular file it replaces passes on its permission bits and, where the worker may, its owner and
+    /// group (`LocalFile.takeAccess`), given to the temporary file before the rename.
+    ///
     /// With `replacing: false` (`if_exists: fail` and `skip`) the file is linked into place only when
     /// nothing is at the destination (`linkat`, so the check and the write are one step); otherwise the
     /// temporary file is removed and the error says the destination exists (`commitUnlessTaken` returns
@@ -564,6 +567,7 @@ public final class PartialFile {
         do throws(StorageError) {
             if replacing {
                 try directory.refuseUnreplaceable(destinationName, for: "a download")
+                if let replaced = directory.entry(destinationName), replaced.isRegular { try file.takeAccess(of: replaced) }
                 try directory.rename(tempName, to: destinationName)
             } else {
                 guard try directory.linkExclusive(tempName, to: destinationName) else {
