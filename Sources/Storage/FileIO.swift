@@ -65,15 +65,18 @@ extension FileIO {
 }
 
 extension PartialFile {
-    /// `commit(replacing:)` on the file-I/O threads (`FileIO`): it syncs the file and its folder. On a
+    /// `commitUnlessTaken(replacing:)` on the file-I/O threads (`FileIO`): it syncs the file and its folder
+    /// (nil: the destination was found taken under `replacing: false`, the file removed). On a
     /// filesystem kept in memory (tmpfs), where a sync returns at once, it runs here instead: the hand-off
     /// to a pool thread and back cost 2,000 small downloads there a fifth more time and CPU. Nor does it
     /// sync there: what such a filesystem holds does not outlive the machine's crash, the one thing a
     /// sync is for, and its `fsync` does nothing (a full filesystem fails the write itself) — two system
     /// calls a download saved.
-    func commitOffPool(replacing: Bool = true) async throws(StorageError) -> String {
-        if onMemoryFilesystem { return try commit(replacing: replacing, syncing: false) }
-        return try await FileIO.run(.commit, on: self) { file throws(StorageError) -> String in try file.commit(replacing: replacing) }
+    func commitOffPool(replacing: Bool = true) async throws(StorageError) -> String? {
+        if onMemoryFilesystem { return try commitUnlessTaken(replacing: replacing, syncing: false) }
+        return try await FileIO.run(.commit, on: self) { file throws(StorageError) -> String? in
+            try file.commitUnlessTaken(replacing: replacing)
+        }
     }
 
     /// `restartUnlessPrefixUnchanged()` on the file-I/O threads: the prefix read back may be gigabytes.

@@ -48,7 +48,7 @@ extension GCSBackend {
     /// - Each slice keeps its own CRC32C; the whole object's is their `CRC32C.combine`, compared with the
     ///   object's. A mismatch removes the partial file and fails with `nonMatchingChecksum`.
     func slicedDownload(_ object: StorageObject, in slices: [DownloadSlice], of reference: StorageReference, to destination: String,
-                        within: String?, replacing: Bool, resumingFrom resume: ResumePoint?, control: TransferControl,
+                        within: String?, rule: OverwriteRule, resumingFrom resume: ResumePoint?, control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
         let total = object.size
         let generation = object.generation ?? ""
@@ -147,7 +147,7 @@ extension GCSBackend {
             partial.discard()
             throw keptPrefix ? error.afterKeptPrefix() : error
         }
-        let path = try await partial.commitOffPool(replacing: replacing)
+        guard let path = try await partial.commitOffPool(replacing: rule.replaces) else { return try rule.downloadFoundTaken(destination) }
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: nil, crc32c: crc32c, verified: verified))
     }

@@ -81,8 +81,15 @@ public struct GCSBackend: StorageBackend {
                 return try await upload(source, to: reference, contentType: contentType, metadata: spec.metadata, md5: spec.wantsMD5,
                                         ifGenerationMatchZero: !rule.replaces, resumingFrom: resumePoint, control: control, report: report)
             } catch where error.httpStatus == 412 && !rule.replaces {
-                // GCS checks `ifGenerationMatch=0` when the session starts and when it completes.
-                throw StorageError.destinationExists(reference.description, httpStatus: 412)
+                // GCS checks `ifGenerationMatch=0` when the session starts and when it completes: an object
+                // written meanwhile is refused by `fail`, and left by `skip`, which reports what is there.
+                try rule.settleTakenUpload(reference.description, httpStatus: 412)
+                let unknown = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: -1)
+                switch try? await existingObject(reference, control: control) {
+                case .stopped(let reason)?: return .stopped(reason, nil)
+                case .value(let existing)?: return OverwriteRule.skippedUpload(existing ?? unknown)
+                case nil: return OverwriteRule.skippedUpload(unknown)
+                }
             }
         case .downloadFile(let reference, let destination):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
@@ -412,11 +419,11 @@ public struct GCSBackend: StorageBackend {
     /// resumable threshold: half the round trips for many small files.
     ///
     /// Used only where the session gave nothing this cannot: no resume point (a resumed session goes on as
-    /// one), and `if_exists` replacing (overwrite, skip, skip-identical after their look). A request whose
+    /// one), and `if_exists` replacing (overwrite, skip-identical after its look). A request whose
     /// answer is lost may have stored the object, and sending it again stores the same bytes once more, so
     /// a failure is the attempt's and the next attempt sends everything again (at most one chunk). With
-    /// `if_exists: fail` the resend would meet its own object (412) and call it someone else's, so those
-    /// uploads keep a session, which says what it stored. The stored object is verified exactly as a
+    /// `if_exists: fail` or `skip` the resend would meet its own object (412) and call it someone else's, so
+    /// those uploads keep a session, which says what it stored. The stored object is verified exactly as a
     /// session's (`verifiedUploadResult`): size, CRC32C, MD5 when asked; a mismatch deletes it.
     ///
     /// See https://cloud.google.com/storage/docs/uploading-objects#uploading-an-object and
@@ -715,7 +722,7 @@ public struct GCSBackend: StorageBackend {
 
     /// POSTs the metadata and returns the session URI from `Location`.
     /// With `ifGenerationMatchZero` the session carries the precondition `ifGenerationMatch=0`: the upload
-    /// fails with 412 instead of replacing an object (`if_exists: fail`).
+    /// fails with 412 instead of replacing an object (`if_exists: fail` and `skip`).
     private func startUploadSession(_ reference: StorageReference, contentType: String, metadata: UploadMetadata?,
                                     total: Int64, ifGenerationMatchZero: Bool, control: TransferControl) async throws(TransferFailure) -> String {
         let url = "\(endpoint)/upload/storage/v1/b/\(reference.bucket)/o?uploadType=resumable&name=\(reference.encodedPath)"
@@ -1011,7 +1018,6 @@ public struct GCSBackend: StorageBackend {
     private func downloadFile(_ reference: StorageReference, to destination: String, within: String?, md5: Bool, rule: OverwriteRule,
                               resumingFrom resumePoint: ResumePoint?, control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
-        let replacing = rule.replaces
         let object: StorageObject
         do throws(StorageError) {
             switch try await metadata(reference, control: control) {
@@ -1026,7 +1032,7 @@ public struct GCSBackend: StorageBackend {
         // `skip-identical`: GCS reports every object's CRC32C in its metadata.
         if let settled = try await rule.skipsDownloadOffPool(of: object, crc32c: object.crc32c, to: destination) { return settled }
         if let slices = slices(for: object, md5: md5, resumingFrom: resumePoint) {
-            return try await slicedDownload(object, in: slices, of: reference, to: destination, within: within, replacing: replacing,
+            return try await slicedDownload(object, in: slices, of: reference, to: destination, within: within, rule: rule,
                                             resumingFrom: resumePoint, control: control, report: report)
         }
         let generation = object.generation
@@ -1105,7 +1111,7 @@ public struct GCSBackend: StorageBackend {
             await sink.drop()
             throw sink.keepsEarlierBytes ? error.afterKeptPrefix() : error
         }
-        let path = try await sink.commit(replacing: replacing)
+        guard let path = try await sink.commit(replacing: rule.replaces) else { return try rule.downloadFoundTaken(destination) }
         progress.update(total)
         return .finished(JobResult(object: object, path: path, size: total, md5: ours.md5, crc32c: ours.crc32c, verified: verified))
     }

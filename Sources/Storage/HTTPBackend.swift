@@ -89,7 +89,7 @@ public struct HTTPBackend: StorageBackend {
                     }
                 }
             }
-            return try await upload(source, to: reference, contentType: contentType, md5: spec.wantsMD5, replacing: rule.replaces,
+            return try await upload(source, to: reference, contentType: contentType, md5: spec.wantsMD5, rule: rule,
                                     control: control, report: report)
         case .downloadFile(let reference, let destination):
             let rule = OverwriteRule(spec, resumingFrom: resumePoint, downloadingTo: destination)
@@ -102,7 +102,7 @@ public struct HTTPBackend: StorageBackend {
                 case .value(nil): if let settled = rule.unsettledDownload(to: destination) { return settled }
                 }
             }
-            return try await downloadFile(reference, to: destination, within: spec.folderTail, md5: spec.wantsMD5, replacing: rule.replaces,
+            return try await downloadFile(reference, to: destination, within: spec.folderTail, md5: spec.wantsMD5, rule: rule,
                                           resumingFrom: resumePoint, control: control, report: report)
         case .downloadMemory(let reference, let maxSize):
             return try await downloadMemory(reference, maxSize: maxSize, md5: spec.wantsMD5, control: control, report: report)
@@ -216,14 +216,16 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Upload
 
-    /// With `replacing: false` (`if_exists: fail`) the PUT carries `If-None-Match: *`: a server that
-    /// honours it answers 412 instead of replacing the file (nginx's WebDAV module does not honour it).
+    /// Where `rule` does not replace (`if_exists: fail` or `skip`) the PUT carries `If-None-Match: *`: a
+    /// server that honours it answers 412 instead of replacing the file (nginx's WebDAV module does not
+    /// honour it), which `fail` reports as its refusal and `skip` as the upload skipped.
     /// Such an upload reports `ResumePoint.sentUpload` once its last byte is handed over: should the
     /// answer never come (a reset, a timeout), the next attempt, finding the file there, can tell its own
     /// upload from someone else's (`earlierUploadFound`) instead of failing on it.
-    private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, md5: Bool, replacing: Bool,
+    private func upload(_ source: UploadSource, to reference: StorageReference, contentType: String, md5: Bool, rule: OverwriteRule,
                         control: TransferControl,
                         report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
+        let replacing = rule.replaces
         // An http(s) reference's description is the URL exactly as written (its `rawPath` and query).
         let url = reference.description
         let checksums = StreamChecksums(md5: md5)
@@ -278,7 +280,8 @@ public struct HTTPBackend: StorageBackend {
                 case .value(nil): break
                 }
             }
-            throw StorageError.destinationExists(url, httpStatus: 412)
+            try rule.settleTakenUpload(url, httpStatus: 412)
+            return await skippedTakenUpload(reference, control: control)
         }
         guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
         // A success that came before the body was all handed over (a server answering from the headers,
@@ -388,6 +391,17 @@ public struct HTTPBackend: StorageBackend {
                                     md5Hash: reported.md5, crc32c: reported.crc32c))
     }
 
+    /// `skip`'s upload refused with 412 (a file was written at the URL while it ran): skipped, with the
+    /// file as a look finds it — or only its name when the look fails or finds it gone again.
+    private func skippedTakenUpload(_ reference: StorageReference, control: TransferControl) async -> TransferOutcome {
+        let unknown = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: -1)
+        switch try? await existingFile(reference, control: control) {
+        case .stopped(let reason)?: return .stopped(reason, nil)
+        case .value(let existing)?: return OverwriteRule.skippedUpload(existing ?? unknown)
+        case nil: return OverwriteRule.skippedUpload(unknown)
+        }
+    }
+
     /// A value, or the stop reason that interrupted fetching it.
     enum StopOr<Value> {
         case value(Value)
@@ -481,7 +495,7 @@ public struct HTTPBackend: StorageBackend {
 
     // MARK: - Download to a file
 
-    private func downloadFile(_ reference: StorageReference, to destination: String, within: String?, md5: Bool, replacing: Bool,
+    private func downloadFile(_ reference: StorageReference, to destination: String, within: String?, md5: Bool, rule: OverwriteRule,
                               resumingFrom resumePoint: ResumePoint?,
                               control: TransferControl,
                               report: @escaping @Sendable (TransferEvent) -> Void) async throws(StorageError) -> TransferOutcome {
@@ -573,7 +587,8 @@ public struct HTTPBackend: StorageBackend {
         if let response = completeBefore {
             // Every byte was there already (an attempt cut after the last one, before the answer's end):
             // the file is the held bytes, checked as a whole answer's would be.
-            return try await finishDownload(sink, response: response, reference: reference, md5: md5, replacing: replacing, url: url)
+            return try await finishDownload(sink, response: response, reference: reference, md5: md5, rule: rule, destination: destination,
+                                        url: url)
         }
         guard response.isSuccess else {
             if response.status != 404 { try? await sink.partial.syncOffPool() } else { await sink.drop() }
@@ -642,12 +657,14 @@ public struct HTTPBackend: StorageBackend {
             throw StorageError(.unknown, "the download ended after \(sink.offset) of \(expected) bytes; a retry resumes from the last checkpoint the log holds, if any",
                                url: redactedURL(url), retryable: true)
         }
-        return try await finishDownload(sink, response: response, reference: reference, md5: md5, replacing: replacing, url: url)
+        return try await finishDownload(sink, response: response, reference: reference, md5: md5, rule: rule, destination: destination,
+                                        url: url)
     }
 
-    /// Verifies a whole download against the hashes the answer served and commits it to the destination.
-    private func finishDownload(_ sink: FileSink, response: HTTPResponse, reference: StorageReference, md5: Bool, replacing: Bool,
-                                url: String) async throws(StorageError) -> TransferOutcome {
+    /// Verifies a whole download against the hashes the answer served and commits it to the destination
+    /// (under `rule`: a destination that appeared meanwhile is refused by `fail`, left by `skip`).
+    private func finishDownload(_ sink: FileSink, response: HTTPResponse, reference: StorageReference, md5: Bool, rule: OverwriteRule,
+                                destination: String, url: String) async throws(StorageError) -> TransferOutcome {
         // The final response's headers: a 200 after a ranged request (the file changed) replaced the prefix.
         let served = servedDigests(response.headers, status: response.status)
         let ours = try await sink.finishHashesOffPool(md5: served.needMD5(asked: md5))
@@ -660,7 +677,7 @@ public struct HTTPBackend: StorageBackend {
             await sink.drop()
             throw kept ? error.afterKeptPrefix() : error
         }
-        let path = try await sink.commit(replacing: replacing)
+        guard let path = try await sink.commit(replacing: rule.replaces) else { return try rule.downloadFoundTaken(destination) }
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: sink.offset,
                                    contentType: response.headers["content-type"], md5Hash: ours.md5, crc32c: ours.crc32c)
         return .finished(JobResult(object: object, path: path, size: sink.offset, md5: ours.md5, crc32c: ours.crc32c,

@@ -715,16 +715,20 @@ final class FileSink: ResponseBodySink {
         reportDropped()
     }
 
-    /// Renames the finished file into place (`PartialFile.commit`). A commit that refused removes the file
-    /// (its temporary name or folder taken over, the destination taken under `if_exists: fail`): a
-    /// checkpoint of no bytes then reports, as `drop()` does. Called after `settle()`.
-    func commit(replacing: Bool) async throws(StorageError) -> String {
+    /// Renames the finished file into place (`PartialFile.commitUnlessTaken`); nil when the destination was
+    /// found taken under `replacing: false` (`if_exists: fail` or `skip`). A commit that refused removes the
+    /// file (that, or its temporary name or folder taken over): a checkpoint of no bytes then reports, as
+    /// `drop()` does. Called after `settle()`.
+    func commit(replacing: Bool) async throws(StorageError) -> String? {
+        let path: String?
         do {
-            return try await partial.commitOffPool(replacing: replacing)
+            path = try await partial.commitOffPool(replacing: replacing)
         } catch {
             if partial.removed { reportDropped() }
             throw error
         }
+        if path == nil { reportDropped() }
+        return path
     }
 
     /// The checkpoint of no bytes of a partial file just removed, when the log may hold one with bytes

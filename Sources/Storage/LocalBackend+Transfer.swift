@@ -294,10 +294,13 @@ final class LocalTransfer {
 
         var diskFull = false
         let sidecar: (name: String, identity: FileIdentity)
+        // An object this upload replaces passes its mode (and owner, where the worker may) to the new one
+        // and its sidecar (`LocalFile.takeAccess`), as it does to a download's destination.
+        let replaced = rule.replaces ? location.directory.entry(location.name).flatMap { $0.isRegular ? $0 : nil } : nil
         do {
             try temp.sync()
             sidecar = try backend.createMetadata(object, describing: session.identity, for: location, control: control,
-                                                 diskFull: &diskFull)
+                                                 access: replaced, diskFull: &diskFull)
         } catch {
             // A folder removed or moved away: its sidecar could not be made there, and the error says why.
             if let departure = location.directory.departure {
@@ -343,15 +346,16 @@ final class LocalTransfer {
             location.directory.remove(sidecar.name, ifStill: sidecar.identity)
             throw error
         }
+        var objectTaken = false
         do throws(StorageError) {
             if rule.replaces {
+                if let now = location.directory.entry(location.name), now.isRegular { try temp.takeAccess(of: now) }
                 try location.directory.rename(session.name, to: location.name)
-            } else {
-                // `if_exists: fail`: linked into place only if nothing took the name since the check above.
-                guard try location.directory.linkExclusive(session.name, to: location.name) else {
-                    throw StorageError.destinationExists(reference.description)
-                }
+            } else if try location.directory.linkExclusive(session.name, to: location.name) {
+                // `if_exists: fail` or `skip`: linked into place only if nothing took the name since the check above.
                 location.directory.remove(session.name, ifStill: session.identity)
+            } else {
+                objectTaken = true
             }
         } catch {
             // The session's name gone at the rename: another attempt of the job adopted the file (this
@@ -363,6 +367,14 @@ final class LocalTransfer {
             if let departure = location.directory.departure { throw LocalBackend.folderLeft(location, departure) }
             if taken { throw Self.sessionTaken(session, in: location) }
             throw error
+        }
+        if objectTaken {
+            // An object written at the name while this upload ran: `fail` refuses, `skip` leaves it.
+            session.discard(in: location)
+            location.directory.remove(sidecar.name, ifStill: sidecar.identity)
+            try rule.settleTakenUpload(reference.description)
+            let found = location.directory.entry(location.name).flatMap { $0.isRegular ? try? backend.readMetadata(location, status: $0) : nil }
+            return OverwriteRule.skippedUpload(found ?? StorageObject(bucket: reference.bucket, name: reference.fullPath, size: -1))
         }
         do {
             try location.directory.rename(sidecar.name, to: location.sidecarName)
@@ -754,7 +766,7 @@ final class LocalTransfer {
             partial.discard()
             throw keptPrefix ? error.afterKeptPrefix() : error
         }
-        let path = try partial.commit(replacing: rule.replaces)
+        guard let path = try partial.commitUnlessTaken(replacing: rule.replaces) else { return try rule.downloadFoundTaken(destination) }
         return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))
     }
 

@@ -610,9 +610,11 @@ extension LocalBackend {
     /// outside the queue), returning its name and identity; it is removed again when writing fails (only
     /// while its name still holds it), and `diskFull` then says whether the disk was full (by errno). A
     /// file at the attempt's own name can only be this attempt's, and is replaced (when it could be ours:
-    /// `createExclusive(_:replacingOwnLeftover:)`).
+    /// `createExclusive(_:replacingOwnLeftover:)`). With `access`, the file takes that file's mode and owner
+    /// (`LocalFile.takeAccess`): an upload's object file replacing `access` takes them too.
     func createMetadata(_ object: StorageObject, describing described: FileIdentity, for location: LocalLocation,
-                        control: TransferControl, diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
+                        control: TransferControl, access: FileStatus? = nil,
+                        diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {
         let data = SidecarJSON.encode(object, describing: described) ?? SidecarJSON.encodeWithFoundation(object, describing: described)
         let token = control.jobID.map { SidecarTemporary.tag(jobID: $0, leaseToken: control.leaseToken) } ?? Self.randomTag()
         let name = SidecarTemporary.name(forObject: location.name, token: token)
@@ -627,6 +629,7 @@ extension LocalBackend {
             throw error
         }
         do {
+            if let access { try file.takeAccess(of: access) }
             try file.write(data)
             try file.sync()
             file.close()

@@ -304,6 +304,10 @@ struct FileStatus: Equatable {
     let links: UInt64
     /// The owner's uid.
     let owner: UInt32
+    /// The group's gid.
+    let group: UInt32
+    /// The permission bits (`st_mode & 0o777`: no setuid, setgid or sticky bit).
+    let permissions: mode_t
 
     init(_ info: stat) {
         switch info.st_mode & S_IFMT {
@@ -320,6 +324,8 @@ struct FileStatus: Equatable {
         identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         links = UInt64(info.st_nlink)
         owner = UInt32(info.st_uid)
+        group = UInt32(info.st_gid)
+        permissions = info.st_mode & 0o777
     }
 
     var isRegular: Bool { kind == .regular }
@@ -542,6 +548,25 @@ final class LocalFile {
 
     func sync() throws(StorageError) {
         guard fsync(descriptor) == 0 else { throw failure(errno, "syncing") }
+    }
+
+    /// Gives this file — a temporary about to be renamed over the regular file `replaced` — that file's
+    /// permission bits and, where this process may (root, or its own file), its owner and group, through
+    /// the open descriptor and before the rename: `cp` and `curl -o` write into an existing file and keep
+    /// both, while the rename put a new file of the worker's mode and user in its place (a 0600 file of
+    /// `nobody` overwritten by a worker running as root came out 0644, root's, readable by everyone).
+    /// A group it may not give (not root, not a member) takes the group's bits away, so the file is never
+    /// readable by more than the one it replaces was. Setuid, setgid and sticky bits are never copied.
+    func takeAccess(of replaced: FileStatus) throws(StorageError) {
+        let mine = try status()
+        var permissions = replaced.permissions
+        if replaced.owner != mine.owner || replaced.group != mine.group,
+           fchown(descriptor, uid_t(replaced.owner), gid_t(replaced.group)) != 0 {
+            // Not root: the owner stays ours; the group is given where we belong to it.
+            let grouped = replaced.group == mine.group || fchown(descriptor, uid_t.max, gid_t(replaced.group)) == 0
+            if !grouped { permissions &= ~mode_t(0o070) }
+        }
+        guard fchmod(descriptor, permissions) == 0 else { throw failure(errno, "setting the mode of") }
     }
 
     /// A duplicate of the descriptor (close-on-exec), which the caller closes: for a sync on another

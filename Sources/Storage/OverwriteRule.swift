@@ -1,9 +1,10 @@
 import Foundation
 import JobModel
 
-/// The job's `if_exists:` as the transfers apply it. `fail` is checked twice: up front (so no bytes
-/// move for nothing) and again in the write itself (`linkat` on disk, `ifGenerationMatch=0` on GCS,
-/// `If-None-Match: *` over HTTP), which is what makes the rule hold against a concurrent writer.
+/// The job's `if_exists:` as the transfers apply it. `fail` and `skip` are checked twice: up front (so
+/// no bytes move for nothing) and again in the write itself (`linkat` on disk, `ifGenerationMatch=0` on
+/// GCS, `If-None-Match: *` over HTTP), which is what makes the rule hold against a concurrent writer: a
+/// destination that appears while the transfer runs is refused (`fail`) or left, the job skipped (`skip`).
 struct OverwriteRule {
     let mode: IfExists
     /// `fail` or `skip` where an earlier attempt may have stored the object and died before saying so:
@@ -18,6 +19,10 @@ struct OverwriteRule {
     /// `file://` upload's session), when the destination is that file: once the job takes it as its
     /// own, or refuses it (its bytes changed since), that second link to it goes (`dropEarlierLink`).
     private let earlierLink: (path: String, identity: FileIdentity)?
+    /// Under `skip`, the file an earlier attempt of the job was writing (a paused download's partial file,
+    /// a `file://` upload's session): nothing resumes it once the job ends skipped, so it goes then
+    /// (`dropEarlierFile`) — a paused job that resumed into `skipped` left it to the leftover sweep.
+    private let earlierFile: (path: String, identity: FileIdentity)?
 
     /// The rule for `spec` on an attempt starting at `resumePoint`. `existing` is the identity of the
     /// regular file at a local destination (a download's, a `file://` object's), when there is one.
@@ -25,6 +30,7 @@ struct OverwriteRule {
         mode = spec.ifExists ?? .overwrite
         let earlier = mode.leavesExisting ? Self.fileWritten(by: resumePoint) : nil
         earlierLink = earlier.flatMap { existing != nil && $0.identity == existing ? $0 : nil }
+        earlierFile = mode == .skip ? earlier : nil
         acceptsIdentical = mode.leavesExisting && (resumePoint == .unanswered || earlierLink != nil)
     }
 
@@ -59,6 +65,15 @@ struct OverwriteRule {
         _ = directory.remove(LocalFiles.lastComponent(earlierLink.path), ifStill: earlierLink.identity)
     }
 
+    /// Removes the file an earlier attempt of a job now skipped was writing (`earlierFile`) while it is
+    /// still that file; only its second name when it is the destination's file (`dropEarlierLink`).
+    private func dropEarlierFile() {
+        if earlierLink != nil { return dropEarlierLink() }
+        guard let earlierFile,
+              let directory = try? SafeDirectory.open(trusted: LocalFiles.directory(of: earlierFile.path), create: false) else { return }
+        _ = directory.remove(LocalFiles.lastComponent(earlierFile.path), ifStill: earlierFile.identity)
+    }
+
     /// The refusal of `fail` for `destination`, once the earlier attempt's second name for it (if any) is
     /// gone: the file is not the job's, and that name must not outlive the job (a leftover sweep leaves a
     /// file with two names alone).
@@ -72,13 +87,13 @@ struct OverwriteRule {
     /// download over it.
     private func notTheJobs(_ destination: String) throws(StorageError) -> TransferOutcome {
         if mode == .fail { throw refused(destination) }
-        dropEarlierLink()
-        return Self.skippedDownload(destination)
+        return skippedDownload(destination)
     }
 
-    /// A download-file skipped because its destination exists.
-    private static func skippedDownload(_ destination: String) -> TransferOutcome {
-        .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
+    /// A download-file skipped because its destination exists, the earlier attempt's file gone.
+    private func skippedDownload(_ destination: String) -> TransferOutcome {
+        dropEarlierFile()
+        return .finished(JobResult(path: LocalFiles.absolute(destination), skipped: true))
     }
 
     /// download-file under `acceptsIdentical`, when the comparison could not be made (the server's
@@ -86,11 +101,31 @@ struct OverwriteRule {
     /// nil otherwise (`fail` goes on to a download that refuses to replace it).
     func unsettledDownload(to destination: String) -> TransferOutcome? {
         guard acceptsIdentical, mode == .skip, PartialFile.destinationExists(destination) else { return nil }
-        return Self.skippedDownload(destination)
+        return skippedDownload(destination)
     }
 
-    /// Whether the final write may replace what is at the destination.
-    var replaces: Bool { mode != .fail }
+    /// Whether the final write may replace what is at the destination: `overwrite`, and `skip-identical`
+    /// once its comparison found a difference. `fail` and `skip` never do — the write itself refuses a
+    /// destination that appeared after the look (see the type's note). `skip` used to rename over it: a
+    /// file the user wrote while the download ran was replaced, and the job reported it downloaded.
+    var replaces: Bool { !mode.leavesExisting }
+
+    /// download-file: the outcome when the final write found the destination taken (something appeared
+    /// there while the transfer ran; the downloaded file is removed): `fail` refuses, `skip` leaves what
+    /// appeared and reports the job skipped.
+    func downloadFoundTaken(_ destination: String) throws(StorageError) -> TransferOutcome {
+        if mode == .fail { throw StorageError.destinationExists(destination) }
+        return skippedDownload(destination)
+    }
+
+    /// Uploads: what the final write finding the object taken means (created while the upload ran: GCS's
+    /// 412 to `ifGenerationMatch=0`, an HTTP server's to `If-None-Match: *`, a `file://` link refused).
+    /// `fail` throws its refusal; under `skip` this returns, and the caller reports the upload skipped
+    /// (`skippedUpload`) with what it finds there.
+    func settleTakenUpload(_ destination: String, httpStatus: Int? = nil) throws(StorageError) {
+        guard mode == .skip else { throw StorageError.destinationExists(destination, httpStatus: httpStatus) }
+        dropEarlierFile()
+    }
 
     /// download-file: the outcome when the local destination already exists and the rule settles the
     /// job without a transfer (`skip`), nil when the download goes ahead; throws for `fail`.
@@ -98,7 +133,7 @@ struct OverwriteRule {
         // `acceptsIdentical`: settled once the object is known (`skipsDownload`).
         guard mode.leavesExisting && !acceptsIdentical, PartialFile.destinationExists(destination) else { return nil }
         if mode == .fail { throw StorageError.destinationExists(destination) }
-        return Self.skippedDownload(destination)
+        return skippedDownload(destination)
     }
 
     /// download-file with `skip-identical`: the outcome when the local destination already holds the
@@ -140,7 +175,7 @@ struct OverwriteRule {
         switch mode {
         case .overwrite: return nil
         case .skip:
-            dropEarlierLink()
+            dropEarlierFile()
             return Self.skippedUpload(existing)
         case .fail: throw refused(destination)
         case .skipIdentical: return try Self.holdsSource(existing, source) ? Self.skippedUpload(existing) : nil

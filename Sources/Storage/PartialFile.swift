@@ -542,13 +542,27 @@ public final class PartialFile {
     /// (removed, moved away, another made at its name), or a temporary name that no longer holds this
     /// file (swapped meanwhile), is not renamed into place (retryable `pathError` saying which).
     ///
-    /// With `replacing: false` (`if_exists: fail`) the file is linked into place only when nothing is at
-    /// the destination (`linkat`, so the check and the write are one step); otherwise the temporary file
-    /// is removed and the error says the destination exists.
+    /// A regular file it replaces passes on its permission bits and, where the worker may, its owner and
+    /// group (`LocalFile.takeAccess`), given to the temporary file before the rename.
+    ///
+    /// With `replacing: false` (`if_exists: fail` and `skip`) the file is linked into place only when
+    /// nothing is at the destination (`linkat`, so the check and the write are one step); otherwise the
+    /// temporary file is removed and the error says the destination exists (`commitUnlessTaken` returns
+    /// nil instead).
     ///
     /// The file stays open (its writer lock held) until it is renamed or removed: a later attempt that
     /// finds it at the temporary name meanwhile does not take it over.
     public func commit(replacing: Bool = true, syncing: Bool = true) throws(StorageError) -> String {
+        guard let path = try commitUnlessTaken(replacing: replacing, syncing: syncing) else {
+            throw StorageError.destinationExists(destination)
+        }
+        return path
+    }
+
+    /// `commit`, except that a destination found taken under `replacing: false` (something appeared there
+    /// while the download ran) is nil, the temporary file removed, rather than an error: `if_exists: skip`
+    /// leaves what appeared and reports the job skipped.
+    public func commitUnlessTaken(replacing: Bool = true, syncing: Bool = true) throws(StorageError) -> String? {
         precondition(!finished, "PartialFile committed twice or after discard")
         if syncing { try sync() }
         // The folder first: one removed or moved away took the temporary file with it, which is then
@@ -578,11 +592,12 @@ public final class PartialFile {
         do throws(StorageError) {
             if replacing {
                 try directory.refuseUnreplaceable(destinationName, for: "a download")
+                if let replaced = directory.entry(destinationName), replaced.isRegular { try file.takeAccess(of: replaced) }
                 try directory.rename(tempName, to: destinationName)
             } else {
                 guard try directory.linkExclusive(tempName, to: destinationName) else {
                     discard()
-                    throw StorageError.destinationExists(destination)
+                    return nil
                 }
                 directory.remove(tempName, ifStill: identity)
             }
