@@ -80,7 +80,7 @@ private func statusError(_ response: HTTPResponse, what: String, environment: [S
         // proxy refuses the tunnel instead: `curlFailure`). It read "unexpected HTTP 407", naming no proxy.
         let proxy = ProxyEnvironment.describedProxy(for: response.url, environment: environment)?.text ?? "the proxy"
         return StorageError(.unknown, "\(proxy) asked for credentials (HTTP 407) for \(what): give them in the variable's URL "
-                                + "(http://USER:PASSWORD@HOST:PORT), or check them\(suffix)",
+                                + "(\(SecretRedaction.credentialsPlaceholder(scheme: "http"))), or check them\(suffix)",
                             httpStatus: status, url: url, cause: message)
     case 408, 429, 500...599:
         let retryAfter = response.headers["retry-after"].flatMap { retryAfterSeconds($0) }
