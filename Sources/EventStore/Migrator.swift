@@ -33,7 +33,7 @@ enum Migrator {
     /// the tables: after their SQL, in the same transaction, the projection is rebuilt from the log and
     /// requests left pending on jobs that no longer run are settled (`EventStore.rebuildProjection`).
     /// The log is the only truth; this keeps the cache equal to what the current fold makes of it.
-    static let rebuildsProjection: Set<Int> = [2, 16, 17]
+    static let rebuildsProjection: Set<Int> = [2, 16, 17, 18]
 
     private static let createLedgerSQL = """
         CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -144,7 +144,11 @@ public struct JobRecord: Codable, Equatable, Hashable, Sendable {
         default: false
         }
     }
-    /// The last error (kept after a retry is scheduled; cleared by `retried`).
+    /// The job's current error: the last attempt's while a retry is scheduled, the failure of a failed
+    /// or cancelled job. Cleared by `retried`, and by `succeeded`: a job that succeeded on a later
+    /// attempt has no error (its `list` row, `show` and JSON read as any success); the earlier attempts'
+    /// errors stay in its history (`attempt_failed` events). Since schema 18 (PostgreSQL 20); the fold
+    /// before kept the last failed attempt's error on the succeeded job.
     public var error: StorageError? {
         get { storage.fields.error }
         set { storage.fields.error = newValue }
@@ -345,6 +349,8 @@ extension JobRecord {
         case .succeeded(let progress, let produced):
             state = .succeeded
             result = produced
+            // An earlier attempt's failure is history, not the job's error (since schema 18 / PostgreSQL 20).
+            error = nil
             clearLease()
             keep(progress)
             finishedAtMs = event.atMs

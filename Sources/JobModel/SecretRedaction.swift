@@ -34,6 +34,14 @@ public enum SecretRedaction {
     /// Name prefixes whose every parameter is treated as secret (the AWS SigV4 family: `X-Amz-*`).
     public static let secretNamePrefixes: [String] = ["x-amz-"]
 
+    /// A URL with credentials as advice writes it, `scheme://<user>:<password>@<host>:<port>`: in angle
+    /// brackets, which no URL holds raw, so the scrubbers (`redactURLs`, `redactURLLike`) end the URL
+    /// before its `<password>` and leave the placeholder as written. Written `USER:PASSWORD@HOST:PORT`,
+    /// it was a URL to them, printed `http://USER:REDACTED@HOST:PORT` — advice that hid what to write.
+    public static func credentialsPlaceholder(scheme: String) -> String {
+        "\(scheme)://<user>:<password>@<host>:<port>"
+    }
+
     /// Whether a custom metadata key names a credential, whose value is shown `REDACTED`: Firebase's
     /// `firebaseStorageDownloadTokens` (capabilities to fetch the object) and keys named plainly as a
     /// password, secret, key or token. Narrower than `isSecretName`, which is for URL parameters: an

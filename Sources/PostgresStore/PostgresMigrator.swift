@@ -35,7 +35,7 @@ enum PostgresMigrator {
     /// last such migration a run applies (`PostgresStore.replay(_:rewrite:)`), once however many are
     /// pending: each rebuild reads the whole log, and the last one makes what any earlier one would.
     /// The log is the only truth; this keeps the cache equal to what the current fold makes of it.
-    static let rebuildsProjection: Set<Int> = [18, 19]
+    static let rebuildsProjection: Set<Int> = [18, 19, 20]
 
     /// Held by a migrating connection from before its first migration's transaction begins until after
     /// its last one ends, so two processes migrating one database at once take turns instead of racing

@@ -897,7 +897,8 @@ private final class CurlExchange: @unchecked Sendable {
     /// past 2^63 it takes for none and reads until the server closes — a server keeping the connection
     /// open ended as "no data for N s"; of two headers it frames by the last (a longer one waited the
     /// same way); `5x`, `+5` and `0x5` it reads as 5, 5 and 0 (the rest of the body left on the connection).
-    /// (A negative or empty one libcurl refuses itself, before this callback sees it: see `curlFailure`.)
+    /// (One that is negative, empty or starts with no digit, `abc`, libcurl refuses itself before this
+    /// callback sees it, and its error does not quote it: see `curlFailure`.)
     /// Each fails the attempt at once as a fault of this answer, retryable, as conflicting lengths always
     /// did; ending here closes the connection, so nothing of the body is left for the next request sent on
     /// it. The same length written more than once (`5, 5`, `5, 005`) is the one length (RFC 9112 allows
@@ -918,14 +919,15 @@ private final class CurlExchange: @unchecked Sendable {
             headers["content-length"] = lengths[0]
             return true
         }
-        refusedAnswer = StorageError(.unknown, Self.notALengthMessage("(\(shown))"), url: redactedURL(request.url), retryable: true)
+        refusedAnswer = StorageError(.unknown, Self.notALengthMessage(shown), url: redactedURL(request.url), retryable: true)
         return false
     }
 
-    /// What an answer whose Content-Length is not a length is told; `shown` names the value.
-    static func notALengthMessage(_ shown: String) -> String {
-        "the server sent a Content-Length that is not a length \(shown): a length is digits only, at most \(Int64.max); "
-            + "its answer was not taken and a retry asks again"
+    /// What an answer whose Content-Length is not a length is told; `shown` names the value (already made
+    /// printable and cut), nil when it is not known (libcurl refused it: nothing is guessed about it).
+    static func notALengthMessage(_ shown: String?) -> String {
+        "the server sent a Content-Length that is not a length\(shown.map { " (\($0))" } ?? ""): a length is digits only, "
+            + "at most \(Int64.max); its answer was not taken and a retry asks again"
     }
 
     /// Whether `text` is a Content-Length: ASCII digits only, at most `Int64.max` (curl_off_t).
@@ -1260,10 +1262,11 @@ private func transportFailure(curlCode: CURLcode, name: String, text: String, ur
                                 + "accepts (300 KiB)", url: redactedURL(url), retryable: true, cause: cause)
     }
     if curlCode == CURLE_WEIRD_SERVER_REPLY, text.hasPrefix("Invalid Content-Length") {
-        // libcurl refuses a negative or empty length itself, before the header callback sees the line (so
-        // `framingAccepted` cannot name it); any other length that is not one is refused there. A fault of
-        // this answer, retryable, as there.
-        return StorageError(.unknown, CurlExchange.notALengthMessage("(negative or empty)"), url: redactedURL(url),
+        // libcurl 7.88 refuses a length that is negative, empty or starts with no digit (`abc`) itself, before
+        // the header callback sees the line, and its text ("Invalid Content-Length: value") does not quote it:
+        // the value is not named (it read "(negative or empty)" for `abc`). Any other length that is not one
+        // is refused by `framingAccepted`, quoted. A fault of this answer, retryable, as there.
+        return StorageError(.unknown, CurlExchange.notALengthMessage(nil), url: redactedURL(url),
                             retryable: true, cause: cause)
     }
     switch curlCode {

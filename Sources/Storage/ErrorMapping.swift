@@ -45,13 +45,39 @@ private func rawServerMessage(_ response: HTTPResponse) -> (text: String, isText
 /// An answer from another server than the job's URL names (a redirect followed there) says so, as a
 /// transport failure there does (`curlFailure`): "the server answered 500 for http://a/x" blamed the
 /// server that had only redirected. Its origin is shown, never its path or query.
-func httpError(_ response: HTTPResponse, what: String,
+///
+/// `unfollowed` is said after a redirect (3xx with a `Location`) of a request that does not follow
+/// redirects (an upload, a delete): "unexpected HTTP 307 for the upload to …" named neither the
+/// redirect nor where it led, nor that jobctl does not follow it.
+func httpError(_ response: HTTPResponse, what: String, unfollowed: String? = nil,
                environment: [String: String] = ProcessInfo.processInfo.environment) -> StorageError {
+    if let unfollowed, let target = unfollowedRedirectTarget(response) {
+        return StorageError(.unknown, "the server redirected \(what) to \(target) (HTTP \(response.status)); \(unfollowed)",
+                            httpStatus: response.status, url: redactedURL(response.url), cause: serverMessage(response))
+    }
     var error = statusError(response, what: what, environment: environment)
     if let elsewhere = response.redirectedTo.flatMap({ redirectTarget($0, from: response.url) }) {
         error.message += "; the answer came from \(elsewhere.origin), where the server had redirected the request"
     }
     return error
+}
+
+/// Where a redirect that was not followed led, as shown: its `Location` read against the request's URL,
+/// redacted as every URL is, control characters escaped and cut (the header is the server's, any text
+/// at all); nil when the answer is no redirect or names no place (304 Not Modified is none).
+func unfollowedRedirectTarget(_ response: HTTPResponse) -> String? {
+    guard (300..<400).contains(response.status), response.status != 304,
+          let location = response.headers["location"]?.trimmingCharacters(in: .whitespaces), !location.isEmpty else { return nil }
+    let resolved = URL(string: location, relativeTo: URL(string: response.url))?.absoluteString ?? location
+    return TerminalText.clipped(TerminalText.printable(redactedURL(resolved)), limit: 300)
+}
+
+/// What an upload's or a delete's redirect advises: jobctl follows redirects for downloads (up to 5), never
+/// for a request that changes the destination — a server sending it elsewhere (another host, http after
+/// https) would receive the bytes or the delete without the job ever naming it.
+enum UnfollowedRedirect {
+    static let upload = "uploads do not follow redirects: point the destination at the final URL"
+    static let delete = "deletes do not follow redirects: point the job at the final URL"
 }
 
 /// `httpError` for the answer's status alone.
@@ -80,7 +106,7 @@ private func statusError(_ response: HTTPResponse, what: String, environment: [S
         // proxy refuses the tunnel instead: `curlFailure`). It read "unexpected HTTP 407", naming no proxy.
         let proxy = ProxyEnvironment.describedProxy(for: response.url, environment: environment)?.text ?? "the proxy"
         return StorageError(.unknown, "\(proxy) asked for credentials (HTTP 407) for \(what): give them in the variable's URL "
-                                + "(http://USER:PASSWORD@HOST:PORT), or check them\(suffix)",
+                                + "(\(SecretRedaction.credentialsPlaceholder(scheme: "http"))), or check them\(suffix)",
                             httpStatus: status, url: url, cause: message)
     case 408, 429, 500...599:
         let retryAfter = response.headers["retry-after"].flatMap { retryAfterSeconds($0) }

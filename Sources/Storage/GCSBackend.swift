@@ -457,7 +457,7 @@ public struct GCSBackend: StorageBackend {
             }
         }
         guard response.isSuccess else {
-            throw await objectError(response, reference: reference, what: "the upload of \(reference)")
+            throw await objectError(response, reference: reference, what: "the upload of \(reference)", upload: true)
         }
         guard let json = response.json else {
             throw StorageError(.unknown, "the upload finished but the server's answer is not an object resource (\(GCSObjectJSON.needs))",
@@ -734,7 +734,7 @@ public struct GCSBackend: StorageBackend {
             body: GCSObjectJSON.uploadBody(name: reference.fullPath, contentType: contentType, metadata: metadata))
         let response = try await send(request, control: control)
         guard response.isSuccess else {
-            throw .failed(await objectError(response, reference: reference, what: "the upload of \(reference)"))
+            throw .failed(await objectError(response, reference: reference, what: "the upload of \(reference)", upload: true))
         }
         guard let header = response.headers["location"], !header.isEmpty else {
             throw .failed(StorageError(.unknown, "the server started no upload session (no Location header)",
@@ -1398,13 +1398,27 @@ public struct GCSBackend: StorageBackend {
     }
 
     /// Maps a failed object request; a 404 is `bucketNotFound` when the bucket itself is missing.
-    func objectError(_ response: HTTPResponse, reference: StorageReference, what: String) async -> StorageError {
+    ///
+    /// An upload (`upload: true`) names no object that must exist: a 404 to it with the bucket there means
+    /// the endpoint has no upload service at `/upload/storage/v1` (an endpoint that is no GCS API, or a
+    /// path prefix missing from it). It read "the upload of gs://b/x does not exist; check the path".
+    /// (A resumable session that expired answers its own requests 404; that is handled where they are sent.)
+    func objectError(_ response: HTTPResponse, reference: StorageReference, what: String, upload: Bool = false) async -> StorageError {
         var error = httpError(response, what: what)
         if response.status == 404 {
             let bucketURL = "\(endpoint)/storage/v1/b/\(reference.bucket)"
-            if let bucket = try? await send(HTTPRequest(method: "GET", url: bucketURL), control: nil), bucket.status == 404 {
+            let bucket = try? await send(HTTPRequest(method: "GET", url: bucketURL), control: nil)
+            if bucket?.status == 404 {
                 error.code = .bucketNotFound
                 error.message = "the bucket '\(reference.bucket)' does not exist; check the reference's bucket name"
+            } else if upload {
+                error.code = .objectNotFound
+                let service = "/upload/storage/v1 at \(redactedURL(endpoint))"
+                error.message = bucket?.status == 200
+                    ? "the server answered 404 to \(what) though the bucket '\(reference.bucket)' exists: the endpoint serves no "
+                        + "uploads at \(service) (no GCS JSON API, or a path prefix missing); check STORAGE_EMULATOR_HOST"
+                    : "the server answered 404 to \(what): the bucket '\(reference.bucket)' or the upload service (\(service)) "
+                        + "was not found; check the bucket name and STORAGE_EMULATOR_HOST"
             } else {
                 error.code = .objectNotFound
                 error.message = "\(what) does not exist; check the path"

@@ -210,7 +210,7 @@ public struct HTTPBackend: StorageBackend {
         if response.status == 410 {
             throw StorageError(.objectNotFound, "\(redactedURL(url)) does not exist (410 Gone)", httpStatus: 410, url: redactedURL(url))
         }
-        guard response.isSuccess else { throw httpError(response, what: redactedURL(url)) }
+        guard response.isSuccess else { throw httpError(response, what: redactedURL(url), unfollowed: UnfollowedRedirect.delete) }
         return .finished(deleted)
     }
 
@@ -283,7 +283,7 @@ public struct HTTPBackend: StorageBackend {
             try rule.settleTakenUpload(url, httpStatus: 412)
             return await skippedTakenUpload(reference, control: control)
         }
-        guard response.isSuccess else { throw httpError(response, what: "the upload to \(redactedURL(url))") }
+        guard response.isSuccess else { throw Self.uploadError(response, url: url) }
         // A success that came before the body was all handed over (a server answering from the headers,
         // then closing) cannot be for these bytes: without a hash in the answer nothing else would tell.
         let read = handedOver.load(ordering: .relaxed)
@@ -368,6 +368,20 @@ public struct HTTPBackend: StorageBackend {
         return .value(isFile && sink.count == size ? sink.crc32c : nil)
     }
 
+    /// A PUT's refusal. A 404 says the server has no such path to take the upload, or takes none there (a
+    /// static server): it read "the upload to http://…/f does not exist", as if the upload were a thing
+    /// looked for. A redirect is named with where it led and not followed (`UnfollowedRedirect`).
+    static func uploadError(_ response: HTTPResponse, url: String) -> StorageError {
+        guard response.status == 404 else {
+            return httpError(response, what: "the upload to \(redactedURL(url))", unfollowed: UnfollowedRedirect.upload)
+        }
+        var error = httpError(response, what: "the upload to \(redactedURL(url))")
+        let quoted = error.cause.map { ": \($0)" } ?? ""
+        error.message = "the server has no place to upload to at \(redactedURL(url)) (HTTP 404): the path is wrong, or the server "
+            + "takes no uploads (PUT) there; check the destination\(quoted)"
+        return error
+    }
+
     /// What a HEAD says is at `reference` (size from `Content-Length`, hashes the server reports), nil on
     /// 404 or 410, or the stop reason.
     private func existingFile(_ reference: StorageReference, control: TransferControl) async throws(StorageError) -> StopOr<StorageObject?> {
@@ -378,7 +392,9 @@ public struct HTTPBackend: StorageBackend {
         case .value(let answer): response = answer
         }
         if response.status == 404 || response.status == 410 { return .value(nil) }
-        guard response.isSuccess else { throw httpError(response, what: "the look at \(redactedURL(url)) before uploading") }
+        guard response.isSuccess else {
+            throw httpError(response, what: "the look at \(redactedURL(url)) before uploading", unfollowed: UnfollowedRedirect.upload)
+        }
         // A 204 (or another 2xx that is no file) was a file of size -1 there: `skip` skipped the upload,
         // the job succeeding with nothing uploaded, and `fail` refused it. It tells neither way.
         if let refusal = Self.noFileAnswer(status: response.status, headers: response.headers, rangeAsked: false, url: url,

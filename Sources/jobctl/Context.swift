@@ -173,7 +173,7 @@ struct Context: Sendable {
     var databaseTargetProblem: UsageError? {
         if isConnectionKeywords(databasePath) {
             return UsageError("the database '\(TerminalText.printable(databaseDisplay))' is a libpq key/value connection string; jobctl "
-                                  + "takes PostgreSQL as a URL: postgresql://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=… (key/value "
+                                  + "takes PostgreSQL as a URL: \(SecretRedaction.credentialsPlaceholder(scheme: "postgresql"))/<dbname>?sslmode=… (key/value "
                                   + "settings go in its query: ?sslmode=require&application_name=…); an SQLite file of that name is reached as ./NAME")
         }
         if let problem = userInformationProblem(databasePath) { return UsageError("\(databaseName): \(problem)") }

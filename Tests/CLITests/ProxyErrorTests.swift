@@ -80,11 +80,29 @@ import TestSupport
         // The proxy is named, with its variable: it read "unexpected HTTP 407", as if the server had said it.
         #expect(shown.stdout.contains("the proxy http://puser:REDACTED@127.0.0.1:\(proxy.port) (from $http_proxy) asked for credentials (HTTP 407)"),
                 "\(shown.stdout)")
+        // Its advice reads as written: the scrubber took `http://USER:PASSWORD@HOST:PORT` for a URL and
+        // printed `USER:REDACTED@`, hiding what to write.
+        #expect(shown.stdout.contains("give them in the variable's URL (http://<user>:<password>@<host>:<port>)"), "\(shown.stdout)")
+        #expect(!shown.stdout.contains("USER:REDACTED"), "\(shown.stdout)")
         let outputs = [worker.stdout, worker.stderr, shown.stdout, try workspace.jobctl(["show", "--json", id]).stdout,
                        try workspace.jobctl(["history", id]).stdout, try workspace.jobctl(["audit", "--csv"]).stdout]
         for output in outputs {
             #expect(!output.contains("pPaSsW0rd") && !output.contains("cHVzZXI6cFBhU3NXMHJk"), "\(output)")
         }
+    }
+
+    /// The advice for a libpq key/value string names the URL to write; its placeholder password read
+    /// `postgresql://USER:REDACTED@HOST:PORT/DBNAME`, the scrubber taking the placeholder for a URL.
+    @Test("advice naming a URL with credentials reads as written, the real password still hidden")
+    func placeholderURLsReadAsWritten() throws {
+        let workspace = try CLIWorkspace("advice-placeholder")
+        defer { workspace.directory.remove() }
+        let listed = try runProcess(PackagePaths.jobctlBinary, ["--db", "host=127.0.0.1 password=kv-s3cr3t", "list"],
+                                    currentDirectory: workspace.directory.path)
+        #expect(listed.status == 64, "\(listed.stderr)")
+        #expect(listed.stderr.contains("takes PostgreSQL as a URL: postgresql://<user>:<password>@<host>:<port>/<dbname>?sslmode="),
+                "\(listed.stderr)")
+        #expect(!listed.stderr.contains("kv-s3cr3t") && !listed.stderr.contains("USER:REDACTED"), "\(listed.stderr)")
     }
 
     /// An `https_proxy` written `https://` for a proxy that speaks plain http: OpenSSL's "wrong version

@@ -121,6 +121,21 @@ struct FoldTests {
         #expect(late.state == .queued && late.runAfterMs == 7_000)
     }
 
+    /// A job that succeeded on its second attempt kept the first one's error: `list` showed it in the
+    /// ERROR column, `show` and the JSON views beside `succeeded`.
+    @Test("a job that succeeds after a failed attempt has no error; a failed one keeps its own")
+    func succeededClearsAnEarlierAttemptsError() throws {
+        var record = try runningRecord()
+        record.apply(event(.attemptFailed, version: 3, at: 300, EventData(retryAtMs: 400)))
+        #expect(record.state == .queued && record.error?.message == "503", "the retry's wait keeps the attempt's error")
+        record.apply(event(.claimed, version: 4, at: 400, token: 10, EventData(attempt: 2)))
+        var failing = record
+        record.apply(event(.succeeded, version: 5, at: 500))
+        #expect(record.state == .succeeded && record.error == nil && record.attempts == 2)
+        failing.apply(event(.failed, version: 5, at: 500))
+        #expect(failing.state == .failed && failing.error?.message == "failed")
+    }
+
     @Test func resumeRequestedWithdrawsAPauseRequestWhileRunning() throws {
         var record = try runningRecord()
         record.apply(event(.pauseRequested, version: 3, at: 300))

@@ -66,6 +66,7 @@ struct MigrationTests {
             "15 events_of_newer_types da401e792d936587a59a66b2e4d6675f08846c2d29d4ad86b4779a34869a9c0c",
             "16 retry_keeps_the_schedule 44d51398ed503b8398a2664a20978dbc56340837c0c6eccdae391d62f50b6070",
             "17 resume_keeps_the_retry_time 8160e5e20ab0ff9001c55ea0207438a341c6c305774032563ea956337e0637c6",
+            "18 success_clears_the_error ec0e82b6f7de28a542798a07b060fbd7b78ca1d3351d935fac81b0c376611154",
         ])
     }
 

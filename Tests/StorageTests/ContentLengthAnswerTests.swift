@@ -17,11 +17,15 @@ struct ContentLengthAnswerTests {
     @Test(arguments: [
         (["99999999999999999999999"], "not a length"),
         (["9223372036854775808"], "not a length"),
-        (["-5"], "not a length"),
+        // libcurl refuses these itself without quoting them: said neutrally (`abc` read "negative or empty").
+        (["abc"], "a Content-Length that is not a length: a length is digits only"),
+        (["-5"], "a Content-Length that is not a length: a length is digits only"),
+        // Refused here, quoted: cut and with its control characters escaped (hostile input).
+        (["12\u{1B}[31m"], "a Content-Length that is not a length (12\\u{1B}[31m)"),
         (["5x"], "not a length"),
         (["+5"], "not a length"),
         (["0x5"], "not a length"),
-        ([""], "not a length"),
+        ([""], "a Content-Length that is not a length: a length is digits only"),
         (["5, "], "not a length"),
         (["5", "6"], "conflicting Content-Length"),
         (["5, 6"], "conflicting Content-Length"),
@@ -40,6 +44,7 @@ struct ContentLengthAnswerTests {
         let refused = try failure(await run(backend, spec))
         let elapsed = started.duration(to: .now)
         #expect(refused.message.contains(said), "\(refused)")
+        #expect(!refused.message.contains("negative or empty"), "\(refused)")
         #expect(refused.code == .unknown && refused.retryable, "\(refused)")
         // At once: the stall limit (8 s) is what a wait for the close ran into.
         #expect(elapsed < .seconds(4), "\(elapsed)")
