@@ -294,13 +294,14 @@ final class LocalTransfer {
 
         var diskFull = false
         let sidecar: (name: String, identity: FileIdentity)
-        // An object this upload replaces passes its mode (and owner, where the worker may) to the new one
-        // and its sidecar (`LocalFile.takeAccess`), as it does to a download's destination.
-        let replaced = rule.replaces ? location.directory.entry(location.name).flatMap { $0.isRegular ? $0 : nil } : nil
+        // A sidecar this upload replaces passes its mode (and owner, where the worker may) to the new one
+        // (`LocalFile.takeAccess`), as the object it replaces does to the new object below — each its own:
+        // an object's mode (0751, 0666) is no sidecar's.
+        let replacedSidecar = rule.replaces ? location.directory.entry(location.sidecarName).flatMap { $0.isRegular ? $0 : nil } : nil
         do {
             try temp.sync()
             sidecar = try backend.createMetadata(object, describing: session.identity, for: location, control: control,
-                                                 access: replaced, diskFull: &diskFull)
+                                                 access: replacedSidecar, diskFull: &diskFull)
         } catch {
             // A folder removed or moved away: its sidecar could not be made there, and the error says why.
             if let departure = location.directory.departure {

@@ -583,7 +583,11 @@ extension LocalBackend {
     func writeMetadata(_ object: StorageObject, describing described: FileIdentity, to location: LocalLocation,
                        control: TransferControl) throws(StorageError) {
         var diskFull = false
-        let temp = try createMetadata(object, describing: described, for: location, control: control, diskFull: &diskFull)
+        // The sidecar it replaces passes its mode and owner on (update-metadata, fetch-url): rewritten as the
+        // worker's own 0644, an object's private metadata became readable by everyone.
+        let replaced = location.directory.entry(location.sidecarName).flatMap { $0.isRegular ? $0 : nil }
+        let temp = try createMetadata(object, describing: described, for: location, control: control, access: replaced,
+                                      diskFull: &diskFull)
         do throws(StorageError) {
             if let departure = location.directory.departure { throw Self.folderLeft(location, departure) }
             try location.directory.rename(temp.name, to: location.sidecarName)
@@ -610,8 +614,8 @@ extension LocalBackend {
     /// outside the queue), returning its name and identity; it is removed again when writing fails (only
     /// while its name still holds it), and `diskFull` then says whether the disk was full (by errno). A
     /// file at the attempt's own name can only be this attempt's, and is replaced (when it could be ours:
-    /// `createExclusive(_:replacingOwnLeftover:)`). With `access`, the file takes that file's mode and owner
-    /// (`LocalFile.takeAccess`): an upload's object file replacing `access` takes them too.
+    /// `createExclusive(_:replacingOwnLeftover:)`). With `access` (the sidecar it replaces), the file takes
+    /// that file's mode and owner (`LocalFile.takeAccess`).
     func createMetadata(_ object: StorageObject, describing described: FileIdentity, for location: LocalLocation,
                         control: TransferControl, access: FileStatus? = nil,
                         diskFull: inout Bool) throws(StorageError) -> (name: String, identity: FileIdentity) {

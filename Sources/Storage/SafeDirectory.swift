@@ -360,13 +360,25 @@ final class SafeDirectory {
     }
 
     /// `linkat(2)` within this directory: `to` becomes a second name of `from` only when nothing is at
-    /// `to` — the check and the write are one step (`if_exists: fail`). Returns false when `to` exists.
+    /// `to` — the check and the write are one step (`if_exists: fail` and `skip`). Returns false when `to`
+    /// exists. A filesystem without hard links (FAT, exFAT, many FUSE mounts: EPERM, EOPNOTSUPP) takes
+    /// `from` to `to` by a rename that refuses to replace (`renameExclusive`) instead: `from` is then gone,
+    /// which the callers' removal of it after a link takes in its stride. Without that, such a transfer
+    /// moved every byte and then failed at its last step.
     func linkExclusive(_ from: String, to: String) throws(StorageError) -> Bool {
         try Self.checkName(from)
         try Self.checkName(to)
         guard from.withCString({ source in to.withCString { linkat(descriptor, source, descriptor, $0, 0) } }) == 0 else {
-            if errno == EEXIST { return false }
-            throw LocalFiles.error(errno, "linking into place", path: childPath(to), context: .destination)
+            let code = errno
+            if code == EEXIST { return false }
+            if code == EPERM || code == EOPNOTSUPP || code == ENOSYS {
+                switch try renameExclusive(from, to: to) {
+                case .renamed: return true
+                case .targetTaken: return false
+                case .sourceGone: throw LocalFiles.error(ENOENT, "linking into place", path: childPath(from), context: .destination)
+                }
+            }
+            throw LocalFiles.error(code, "linking into place", path: childPath(to), context: .destination)
         }
         return true
     }

@@ -61,20 +61,36 @@ struct ReplacedFileAccessTests {
         #expect(after.mode == 0o600 && after.owner == owner && after.group == group, "\(after)")
     }
 
-    /// A `file://` object replaced by an upload: the new object and its sidecar take the old object's access.
-    @Test func uploadKeepsTheReplacedObjectsAccess() async throws {
+    /// A `file://` object replaced by an upload: the new object takes the old object's access, the new
+    /// sidecar the old sidecar's — each its own (the sidecar took the object's: an object of 0666 left its
+    /// metadata writable by anyone, one of 0751 made its JSON executable). A metadata update keeps the
+    /// sidecar's access too (it was rewritten as the worker's own 0644, private metadata readable by all).
+    @Test func uploadKeepsTheReplacedObjectsAndSidecarsAccess() async throws {
         let (directory, buckets, backend) = try localBuckets("jobctl-replaced-access-upload")
         defer { directory.remove() }
         let object = buckets + "/b/object.bin"
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/object.bin", data: Data("old".utf8))))
-        #expect(chown(object, owner, group) == 0 && chmod(object, 0o600) == 0)
+        let sidecar = try #require(try FileManager.default.contentsOfDirectory(atPath: buckets + "/b").first { $0.hasSuffix("jobctl-meta.json") })
+        let sidecarPath = buckets + "/b/" + sidecar
+        #expect(chown(object, owner, group) == 0 && chmod(object, 0o751) == 0)
+        #expect(chown(sidecarPath, owner, group) == 0 && chmod(sidecarPath, 0o640) == 0)
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/object.bin", data: payload)))
         #expect(FileManager.default.contents(atPath: object) == payload)
-        let sidecar = try #require(try FileManager.default.contentsOfDirectory(atPath: buckets + "/b").first { $0.hasSuffix("jobctl-meta.json") })
-        for path in [object, buckets + "/b/" + sidecar] {
-            let after = try access(path)
-            #expect(after.mode == 0o600 && after.owner == owner && after.group == group, "\(path): \(after)")
-        }
+        let objectAfter = try access(object), sidecarAfter = try access(sidecarPath)
+        #expect(objectAfter.mode == 0o751 && objectAfter.owner == owner && objectAfter.group == group, "\(objectAfter)")
+        #expect(sidecarAfter.mode == 0o640 && sidecarAfter.owner == owner && sidecarAfter.group == group, "\(sidecarAfter)")
+
+        // Never writable by other users, whatever the replaced file allowed.
+        #expect(chmod(object, 0o666) == 0 && chmod(sidecarPath, 0o666) == 0)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://b/object.bin", data: payload)))
+        let (openObject, openSidecar) = (try access(object), try access(sidecarPath))
+        #expect(openObject.mode == 0o644 && openSidecar.mode == 0o644, "\(openObject) \(openSidecar)")
+
+        #expect(chmod(sidecarPath, 0o600) == 0)
+        _ = try finished(await run(backend, JobSpec(kind: .updateMetadata, destination: "file://b/object.bin",
+                                                    metadata: UploadMetadata(customMetadata: ["secret": "s3cr3t"]))))
+        let updated = try access(sidecarPath)
+        #expect(updated.mode == 0o600 && updated.owner == owner && updated.group == group, "\(updated)")
     }
 
     /// The process's umask, read without setting it (other tests create files meanwhile).
