@@ -979,10 +979,10 @@ struct ManifestReader {
         if standardized == "/" {
             return fail(&self, "'\(text.value)' names the root folder; expected a file")
         }
-        // A name jobctl keeps for its own files (a `file://` object's metadata sidecar, a partial download):
-        // a download written there would stand in for one — a bucket folder's sidecar forged, another
-        // job's partial file replaced.
-        if let name = LocalPath.lastComponent(standardized), HiddenName.isReserved(name) {
+        // A name jobctl keeps for its own files (a `file://` object's metadata sidecar, a partial download),
+        // the file's or a folder's on its path: a download written there would stand in for one — a bucket
+        // folder's sidecar forged, another job's partial file replaced — or make a folder where one goes.
+        if let name = HiddenName.reservedComponent(in: standardized) {
             return fail(&self, "'\(text.value)': \(HiddenName.reservedMessage(name))")
         }
         return standardized

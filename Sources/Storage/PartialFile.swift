@@ -177,9 +177,10 @@ public final class PartialFile {
             throw StorageError(.invalidArgument, "download destination '\(destination)' names a directory, not a file")
         }
         // A name jobctl keeps for its own files (a `file://` object's metadata sidecar, a partial download),
-        // in the file's name or in the folders a prefix download makes from object names: the download
-        // would stand in for one. `submit` refuses these; a log written before it did may still hold one.
-        if let reserved = HiddenName.isReserved(name) ? name : within.flatMap(HiddenName.reservedComponent(in:)) {
+        // the file's or a folder's on its path (one a prefix download makes from an object's name too):
+        // the download would stand in for one. `submit` refuses these; a log written before it did may
+        // still hold one.
+        if let reserved = HiddenName.reservedComponent(in: absolute) {
             throw StorageError(.invalidArgument, "download destination '\(destination)': \(HiddenName.reservedMessage(reserved))")
         }
         self.destination = absolute
