@@ -857,6 +857,16 @@ extension FileSink {
         try await FileIO.run(.readBack, on: self) { sink throws(StorageError) in try sink.hashExistingPrefix() }
     }
 
+    /// Records the CRC32C of every byte kept in the partial file (`PartialFile.recordPrefix`), for the
+    /// resume point of an attempt that ends here, when each was hashed in order; false when none are kept
+    /// or they were not (the stream's hashes end here with the attempt). The attempt that resumes checks it.
+    @discardableResult
+    private func recordKeptPrefix() -> Bool {
+        guard checksums.isContiguous, checksums.hashedUpTo == partial.bytesWritten, partial.bytesWritten > 0 else { return false }
+        partial.recordPrefix(count: partial.bytesWritten, crc32c: checksums.finish().crc32c)
+        return true
+    }
+
     /// MD5 and CRC32C of the whole partial file, read back from it.
     private func readBackHashes() throws(StorageError) -> (md5: String?, crc32c: String) {
         let fresh = StreamChecksums(md5: true)
@@ -889,18 +899,20 @@ extension FileSink {
             return .stopped(.cancel, nil)
         case .stopped(let reason):
             try await partial.syncOffPool()
-            // Every byte kept was hashed in order: the point records their CRC32C, which the attempt that
-            // resumes checks (the stream's hashes end here with the attempt).
-            if checksums.isContiguous, checksums.hashedUpTo == partial.bytesWritten, partial.bytesWritten > 0 {
-                partial.recordPrefix(count: partial.bytesWritten, crc32c: checksums.finish().crc32c)
-            }
+            recordKeptPrefix()
             let point = resumePoint(partial)
             report(.checkpoint(point, bytesTotal: bytesTotal))
             partial.close()
             return .stopped(reason, point)
         case .failed(let failure):
             if failure.retryable {
-                try? await partial.syncOffPool()
+                // The bytes kept for the retry, synced, with their CRC32C: the retry resumes from all of
+                // them, checked, rather than from the last periodic checkpoint's unchecked ones (a file
+                // edited during the backoff was finished around the change).
+                if (try? await partial.syncOffPool()) != nil, recordKeptPrefix() {
+                    report(.checkpoint(resumePoint(partial), bytesTotal: bytesTotal))
+                    logHoldsBytes = true
+                }
             } else {
                 partial.discard()
                 reportDropped()

@@ -168,6 +168,43 @@ struct HTTPBackendTests {
         // (An untouched prefix is still continued, its CRC32C recorded as here: `rangedResume`.)
     }
 
+    /// A download cut by a reset keeps its bytes for the retry, which resumed from the last periodic
+    /// checkpoint, unchecked: a partial file edited during the backoff was finished around the change and
+    /// the job succeeded with a file that matched nothing (nginx serves no hash). The failing attempt now
+    /// hands over a checkpoint of every byte it kept, with their CRC32C; the retry resumes from all of them,
+    /// and from byte 0 when they changed.
+    @Test(arguments: [false, true])
+    func aRetryResumesFromEveryKeptByteAndChecksThem(edited: Bool) async throws {
+        let server = try NginxServer.start()
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try writePatternFile(server.root + "/f.bin", size: 3 << 20, seed: 3)
+        let proxy = try FaultProxy(upstreamPort: server.port, rules: [
+            FaultRule(RequestMatch(method: "GET", pathContains: "/f.bin"), .resetInResponse(afterBytes: 1 << 20), times: 1),
+        ])
+        defer { proxy.stop() }
+        let backend = HTTPBackend(configuration: configuration())
+        let destination = directory.file("f.bin")
+        let spec = JobSpec(kind: .downloadFile, source: "\(proxy.baseURL)/f.bin", destination: destination)
+        let first = EventRecorder()
+        let error = try failure(await run(backend, spec, recorder: first))
+        #expect(error.retryable, "\(error)")
+        let point = try #require(first.checkpoints.last, "the failed attempt left no point to resume from")
+        guard case .download(let written, _, _, let tempPath?, _, _, let crc32c) = point else { Issue.record("\(point)"); return }
+        #expect(written > 0 && written < 3 << 20 && crc32c != nil, "\(point)")
+        if edited { try invertBytes(at: 100, count: 5, inFileAt: tempPath) }
+        let second = EventRecorder()
+        _ = try finished(await run(backend, spec, resume: point, recorder: second))
+        #expect(try fileMD5(destination) == fileMD5(server.root + "/f.bin"), "a changed prefix was joined to the rest")
+        if edited {
+            #expect(second.checkpoints.first?.holdsNoDownloadedBytes == true, "\(second.checkpoints)")
+        } else {
+            #expect(!second.checkpoints.contains { $0.holdsNoDownloadedBytes }, "\(second.checkpoints)")
+            #expect((second.progress.first ?? 0) >= written, "the retry did not resume from the kept bytes: \(second.progress.prefix(3))")
+        }
+    }
+
     @Test("a restart from byte 0 writes a new file: a stale attempt still holding the old one cannot reach the result")
     func restartLeavesTheOldFileToItsWriter() async throws {
         // Worker A paused (here: stopped) part-way, then frozen past its lease with the partial file open;

@@ -298,8 +298,15 @@ import TestSupport
         let cutting = EventRecorder()
         let cut = try failure(await run(backend, spec, resume: point, control: TransferControl(jobID: "01NEWGENERATION"), recorder: cutting))
         #expect(cut.retryable && proxy.firedCounts == [1], "\(cut)")
-        let logged = try #require(cutting.checkpoints.last, "a checkpoint replaces the old generation's point")
-        #expect(logged.holdsNoDownloadedBytes, "\(logged)")
+        let dropped = try #require(cutting.checkpoints.first, "a checkpoint replaces the old generation's point")
+        #expect(dropped.holdsNoDownloadedBytes, "\(dropped)")
+        // The cut attempt then hands over what it kept of the new generation, for the retry to go on from.
+        let logged = try #require(cutting.checkpoints.last)
+        guard case .download(_, let oldGeneration, _, _, _, _, _) = point, case .download(_, let newGeneration, _, _, _, _, _) = logged else {
+            Issue.record("\(point) → \(logged)")
+            return
+        }
+        #expect(logged.holdsNoDownloadedBytes || newGeneration != oldGeneration, "\(logged)")
         _ = try finished(await run(backend, spec, resume: logged, control: TransferControl(jobID: "01NEWGENERATION")))
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == replacement)
     }
