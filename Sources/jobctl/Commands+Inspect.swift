@@ -183,7 +183,10 @@ extension Commands {
         }
         if let result = job.result {
             if result.skipped == true {
-                lines.append(("skipped", "the destination was in place (if_exists: \(job.spec.ifExists?.rawValue ?? "skip")): nothing was transferred"))
+                // In place before the transfer, or written there while it ran (what it moved then was
+                // discarded): "nothing was transferred" was not so in the second case.
+                lines.append(("skipped", "the destination was in place (if_exists: \(job.spec.ifExists?.rawValue ?? "skip")): it was left as it "
+                                  + "is, and nothing of this job's was written there"))
             }
             if let path = result.path { lines.append(("result path", display.location(path))) }
             if let size = result.size { lines.append(("result size", plural(size, "byte"))) }

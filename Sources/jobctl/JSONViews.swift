@@ -234,7 +234,7 @@ struct ResultView: Encodable {
 }
 
 /// Where an interrupted transfer continues: `{"type": "upload", "session_uri", "confirmed_offset",
-/// "total"}`, `{"type": "download", "bytes_written", "generation", "etag", "temp_path"}`,
+/// "total"}`, `{"type": "download", "bytes_written", "generation", "etag", "temp_path", "prefix_crc32c"}`,
 /// `{"type": "sliced_download", "bytes_written", "generation", "temp_path", "slices"}`,
 /// `{"type": "sent_upload", "total"}`, `{"type": "sent_delete"}` or `{"type": "unanswered"}`.
 struct ResumePointView: Encodable {
@@ -248,9 +248,13 @@ struct ResumePointView: Encodable {
     let tempPath: String?
     /// A sliced download's slices: start, length and the bytes confirmed from the start.
     let slices: [DownloadSlice]?
+    /// The CRC32C of a download's kept bytes, which the attempt that resumes checks (recorded by an attempt
+    /// that stopped or failed retryably; absent from periodic checkpoints).
+    var prefixCrc32c: String?
 
     init(_ resume: ResumePoint, display: Display) {
         if case .slicedDownload(let slices, _, _, _) = resume { self.slices = slices } else { slices = nil }
+        if case .download(_, _, _, _, _, _, let crc32c) = resume { prefixCrc32c = crc32c }
         switch resume {
         case .upload(let session, let offset, let total, _):
             type = "upload"
@@ -303,6 +307,7 @@ struct ResumePointView: Encodable {
     enum CodingKeys: String, CodingKey {
         case type, total, generation, etag, slices
         case sessionURI = "session_uri", confirmedOffset = "confirmed_offset", bytesWritten = "bytes_written", tempPath = "temp_path"
+        case prefixCrc32c = "prefix_crc32c"
     }
 }
 

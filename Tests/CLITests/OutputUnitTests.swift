@@ -393,3 +393,18 @@ import TestSupport
         #expect(RFC3339.string(-1) == formatter.string(from: Date(timeIntervalSince1970: -0.001)))
     }
 }
+
+extension OutputUnitTests {
+    /// A download's resume point shows the CRC32C of its kept bytes when one was recorded (a pause, a
+    /// retryable failure), so whether a resume will check them can be told; none from a periodic checkpoint.
+    @Test func aDownloadsResumePointShowsThePrefixCRC32C() throws {
+        func keys(_ point: ResumePoint) throws -> [String: Any] {
+            let data = try JSONEncoder().encode(ResumePointView(point, display: .redacting))
+            return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        }
+        let recorded = try keys(.download(bytesWritten: 5, generation: "1", etag: nil, tempPath: "/t/.x.jobctl-partial", prefixCRC32C: "3sD8vA=="))
+        #expect(recorded["prefix_crc32c"] as? String == "3sD8vA==" && recorded["bytes_written"] as? Int == 5, "\(recorded)")
+        let periodic = try keys(.download(bytesWritten: 5, generation: "1", etag: nil, tempPath: "/t/.x.jobctl-partial"))
+        #expect(periodic["prefix_crc32c"] == nil, "\(periodic)")
+    }
+}
