@@ -258,11 +258,17 @@ public struct DownloadSlice: Codable, Sendable, Equatable, Hashable {
     public var length: Int64
     /// Bytes from `start` written and synced (0...length).
     public var confirmed: Int64
+    /// The CRC32C (base64) of the `confirmed` bytes, as the attempt that wrote them computed them (each
+    /// slice's CRC32C runs with its writes, so every checkpoint records it; absent in events logged before
+    /// it was recorded, and for a slice with none): a resuming attempt reads each slice's bytes back and
+    /// fetches again a slice whose bytes changed on the disk meanwhile.
+    public var crc32c: String?
 
-    public init(start: Int64, length: Int64, confirmed: Int64 = 0) {
+    public init(start: Int64, length: Int64, confirmed: Int64 = 0, crc32c: String? = nil) {
         self.start = start
         self.length = length
         self.confirmed = confirmed
+        self.crc32c = crc32c
     }
 
     /// Whether every byte of the slice is on disk.

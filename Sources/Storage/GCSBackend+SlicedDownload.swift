@@ -65,12 +65,22 @@ extension GCSBackend {
             // else an attempt failing before its first checkpoint left it standing for the next.
             if let resume, resume.isDownload, resume.bytesDone > 0 { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
         }
-        let keptPrefix = plan.contains { $0.confirmed > 0 }
         let progress = ProgressThrottle(total: total, report: report)
-        let crcs = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)
+        // A slice whose kept bytes no longer have the CRC32C its point recorded (the file written to while
+        // the job waited) starts over; the others go on.
+        let (checked, crcs) = try await SlicedDownloadState.confirmedCRCs(of: partial, slices: plan)
+        let changedSlices = checked != plan
+        plan = checked
+        let keptPrefix = plan.contains { $0.confirmed > 0 }
         let state = SlicedDownloadState(partial: partial, slices: plan, crcs: crcs, generation: generation,
                                         checkpoint: { point in report(.checkpoint(point, bytesTotal: total)) },
                                         progress: { progress.update($0) })
+        if changedSlices {
+            // The log's point claims the changed slices' bytes: one without them replaces it first.
+            let point = try state.confirm()
+            state.reported(point)
+            report(.checkpoint(point, bytesTotal: total))
+        }
         progress.update(state.bytesWritten)
 
         // One Range request per unfinished slice, all at once; the engine runs them side by side.
@@ -225,18 +235,27 @@ final class SlicedDownloadState: Sendable {
     }
 
     /// The CRC32C of each slice's confirmed prefix, read back from the file (a resumed download; all
-    /// empty for a new one). On `FileIO`'s threads when there is anything to read: prefixes of a large
-    /// object may be gigabytes, and the caller is a task on the cooperative pool.
-    static func confirmedCRCs(of partial: PartialFile, slices: [DownloadSlice]) async throws(StorageError) -> [CRC32C] {
-        guard slices.contains(where: { $0.confirmed > 0 }) else { return slices.map { _ in CRC32C() } }
-        return try await FileIO.run(.readBack, on: partial) { partial throws(StorageError) -> [CRC32C] in
+    /// empty for a new one), and the slices as they can go on: a slice whose point recorded its bytes'
+    /// CRC32C (`DownloadSlice.crc32c`) and whose bytes no longer have it starts over at its first byte.
+    /// On `FileIO`'s threads when there is anything to read: prefixes of a large object may be gigabytes,
+    /// and the caller is a task on the cooperative pool.
+    static func confirmedCRCs(of partial: PartialFile, slices: [DownloadSlice]) async throws(StorageError) -> ([DownloadSlice], [CRC32C]) {
+        guard slices.contains(where: { $0.confirmed > 0 }) else { return (slices, slices.map { _ in CRC32C() }) }
+        return try await FileIO.run(.readBack, on: partial) { partial throws(StorageError) -> ([DownloadSlice], [CRC32C]) in
+            var checked: [DownloadSlice] = []
             var crcs: [CRC32C] = []
             for slice in slices {
                 var crc = CRC32C()
                 if slice.confirmed > 0 { try partial.readBack(at: slice.start, count: slice.confirmed) { crc.update($0) } }
-                crcs.append(crc)
+                if let recorded = slice.crc32c, slice.confirmed > 0, crc.base64 != recorded {
+                    checked.append(DownloadSlice(start: slice.start, length: slice.length))
+                    crcs.append(CRC32C())
+                } else {
+                    checked.append(slice)
+                    crcs.append(crc)
+                }
             }
-            return crcs
+            return (checked, crcs)
         }
     }
 
@@ -319,7 +338,11 @@ final class SlicedDownloadState: Sendable {
     /// only after it) and records every slice's written bytes as confirmed; returns the resume point.
     private func confirmLocked(_ fill: inout Fill, syncing: Bool = true) throws(StorageError) -> ResumePoint {
         if syncing { try partial.sync() }
-        for index in fill.slices.indices { fill.slices[index].confirmed = fill.written[index] }
+        for index in fill.slices.indices {
+            fill.slices[index].confirmed = fill.written[index]
+            // Each slice's CRC32C runs with its writes: the point records what its kept bytes must hash to.
+            fill.slices[index].crc32c = fill.written[index] > 0 ? fill.crcs[index].base64 : nil
+        }
         fill.sinceCheckpoint = 0
         return .slicedDownload(slices: fill.slices, generation: generation, tempPath: partial.tempPath, file: partial.identity)
     }

@@ -330,6 +330,45 @@ import TestSupport
         case cancel
     }
 
+    /// A paused sliced download whose partial file was edited in one slice's kept bytes (same size, same
+    /// inode): the rest of every slice was fetched, the combined CRC32C failed, and the whole object came
+    /// again. Each checkpoint now records every slice's CRC32C; the resuming attempt fetches that slice
+    /// again from its first byte, keeps the others', and the file is the object.
+    @Test func aSliceEditedDuringThePauseIsFetchedAgainAlone() async throws {
+        let server = try EmulatorServer.start()
+        defer { server.stop() }
+        let proxy = try FaultProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let backend = Self.backend(proxy)
+        let directory = try TemporaryDirectory("jobctl-sliced-edit")
+        defer { directory.remove() }
+        let bytes = Self.payload(6 << 20)
+        let reference = "gs://\(server.bucket)/big/edit.bin"
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: reference, data: bytes)))
+        proxy.add(FaultRule(RequestMatch(method: "GET", pathContains: "alt=media"), .trickleResponse(bytes: 64 << 10, interval: 0.03),
+                            times: 4))
+        let destination = directory.file("edit.bin")
+        let spec = JobSpec(kind: .downloadFile, source: reference, destination: destination)
+        guard let point = try await Self.pausedPastOneMegabyte(backend, spec, jobID: "01SLICEEDIT") else { return }
+        guard case .slicedDownload(let slices, _, let tempPath, _) = point,
+              let edited = slices.firstIndex(where: { $0.confirmed > 0 }) else {
+            Issue.record("expected a sliced resume point with bytes, got \(point)")
+            return
+        }
+        #expect(slices.allSatisfy { ($0.confirmed > 0) == ($0.crc32c != nil) }, "\(slices)")
+        try invertBytes(at: UInt64(slices[edited].start), count: 3, inFileAt: tempPath)
+        let resumed = EventRecorder()
+        _ = try finished(await run(backend, spec, resume: point, control: TransferControl(jobID: "01SLICEEDIT"), recorder: resumed))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == bytes)
+        // The first report drops the edited slice's bytes and keeps the others'.
+        guard case .slicedDownload(let after, _, _, _)? = resumed.checkpoints.first else {
+            Issue.record("no checkpoint said the edited slice's bytes went: \(resumed.checkpoints)")
+            return
+        }
+        #expect(after[edited].confirmed == 0, "\(after)")
+        for index in after.indices where index != edited { #expect(after[index].confirmed == slices[index].confirmed, "\(after)") }
+    }
+
     /// A sliced download paused with bytes in its slices, resumed where those bytes go: every such path
     /// dropped them without a word, and the log's point went on claiming them (`show`, `history`; the next
     /// attempt logged as resuming from them, its `moved_bytes` and rate short by them), as one-stream
