@@ -559,9 +559,10 @@ final class LocalFile {
     /// readable by more than the one it replaces was. Setuid, setgid and sticky bits are never copied.
     func takeAccess(of replaced: FileStatus) throws(StorageError) {
         let mine = try status()
-        // Never writable by other users, whatever the file replaced allowed (a 0666 file comes out 0644):
-        // nothing the worker writes may be changed behind it — a sidecar so left open could be forged.
-        var permissions = replaced.permissions & ~mode_t(0o022)
+        // Never writable by others, whatever the file replaced allowed (a 0666 file comes out 0664), as
+        // nothing else the worker makes is: a sidecar so left open could be forged. (The group's bits are
+        // the replaced file's, as a new file's are the umask's.)
+        var permissions = replaced.permissions & ~mode_t(0o002)
         if replaced.owner != mine.owner || replaced.group != mine.group,
            fchown(descriptor, uid_t(replaced.owner), gid_t(replaced.group)) != 0 {
             // Not root: the owner stays ours; the group is given where we belong to it.
