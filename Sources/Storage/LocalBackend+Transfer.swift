@@ -1,3 +1,4 @@
+import Checksums
 import Foundation
 import JobModel
 #if canImport(Glibc)
@@ -643,6 +644,19 @@ final class LocalTransfer {
 
     /// The object, open for reading, with its metadata. A symbolic link at the object's name (or at any
     /// folder inside its bucket) is refused, never followed.
+    /// The CRC32C (base64) of the `size` bytes of the object file `file`, read from its start.
+    private static func crc32c(of file: LocalFile, size: Int64, buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> String {
+        var crc = CRC32C()
+        var done: Int64 = 0
+        while done < size {
+            let count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), size - done))]))
+            guard count > 0 else { break }
+            crc.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            done += Int64(count)
+        }
+        return crc.base64
+    }
+
     private func openObject(field: String = "source") throws(StorageError) -> (LocalFile, StorageObject, LocalLocation) {
         let reference = try reference(field == "source" ? spec.source : spec.destination, field)
         let location = try backend.locate(reference, creating: false)
@@ -688,8 +702,16 @@ final class LocalTransfer {
             throw error
         }
         let (file, object, _) = opened
-        // `skip-identical`: the sidecar records every object's CRC32C.
-        if let settled = try rule.skipsDownload(of: object, crc32c: object.crc32c, to: destination) { return settled }
+        // `skip-identical`: the sidecar records every object's CRC32C. An object without one (placed by
+        // hand, or its sidecar lost) is read, where an earlier attempt that died may have put the job's own
+        // bytes at the destination (`acceptsIdentical`), as HTTP reads a file no hash describes: else that
+        // attempt's own download was taken for someone's file — failed under `fail`, skipped under `skip`.
+        var objectCRC32C = object.crc32c
+        if objectCRC32C == nil, rule.acceptsIdentical, PartialFile.destinationStatus(destination)?.size == object.size {
+            objectCRC32C = try Self.crc32c(of: file, size: object.size, buffer: buffer)
+            try file.seek(to: 0)
+        }
+        if let settled = try rule.skipsDownload(of: object, crc32c: objectCRC32C, to: destination) { return settled }
         let total = object.size
         transferBytes = total
         var resume = resumePoint

@@ -142,6 +142,25 @@ struct UnansweredDownloadTests {
         }
     }
 
+    /// A `file://` object without its sidecar (placed by hand, or the sidecar lost) has no CRC32C to
+    /// compare with: the job's own download, left by an attempt that died, was taken for someone's file —
+    /// failed under `fail`, skipped under `skip`. The object is read, as HTTP reads a file no hash describes.
+    @Test("file:// without a sidecar: the object is read to compare", arguments: [IfExists.fail, .skip])
+    func localWithoutASidecar(_ mode: IfExists) async throws {
+        let (directory, buckets, backend) = try localBuckets("jobctl-unanswered-download")
+        defer { directory.remove() }
+        try FileManager.default.createDirectory(atPath: buckets + "/b", withIntermediateDirectories: true)
+        try payload.write(to: URL(fileURLWithPath: buckets + "/b/d.bin"))
+        try await check(backend, object: "file://b/d.bin", in: directory, mode)
+        // Other bytes of the very same size: read, compared, refused or skipped.
+        let same = directory.file("same-size.bin")
+        let sameSize = patternData(payload.count, seed: 45)
+        try sameSize.write(to: URL(fileURLWithPath: same))
+        try Self.expectLeft(await run(backend, JobSpec(kind: .downloadFile, source: "file://b/d.bin", destination: same, ifExists: mode),
+                                      resume: .unanswered), mode, "same size")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: same)) == sameSize, "kept")
+    }
+
     @Test("HTTP without a served CRC32C (nginx): the object is read back to compare", arguments: [IfExists.fail, .skip])
     func httpWithoutHash(_ mode: IfExists) async throws {
         let server = try NginxServer.start()
