@@ -89,6 +89,10 @@ enum AuditRowWriter {
                 return false
             }
             number("size", result?.size ?? result?.object?.knownSize ?? job.bytesTotal)
+            if result?.skipped == true {
+                key("skipped")
+                bytes.append(contentsOf: "true".utf8)
+            }
             guard text("source", job.spec.source.map(display.url)), time("started_at", job.startedAtMs) else { return false }
             number("started_at_ms", job.startedAtMs)
             guard text("state", job.state.rawValue), time("submitted_at", job.createdAtMs) else { return false }

@@ -486,6 +486,9 @@ struct AuditRow: Encodable {
     /// The hashes of `md5` and `crc32c` compared with the server's (`[]`: neither); absent when the result
     /// does not say (no result, or one logged before it was recorded). CSV: space-separated, `none` for `[]`.
     let verified: [String]?
+    /// `true` for a transfer `if_exists: skip` (or `skip-identical`) settled without writing, as in `show`
+    /// and `result`; absent otherwise: a skipped job's row read as a transfer made. (CSV has no column.)
+    let skipped: Bool?
     let submittedAt: String
     let submittedAtMs: Int64
     let startedAt: String?
@@ -508,6 +511,7 @@ struct AuditRow: Encodable {
         md5 = job.result?.md5 ?? job.result?.object?.md5Hash
         crc32c = job.result?.crc32c ?? job.result?.object?.crc32c
         verified = job.result?.verified?.map(\.rawValue)
+        skipped = job.result?.skipped == true ? true : nil
         submittedAt = RFC3339.string(job.createdAtMs)
         submittedAtMs = job.createdAtMs
         startedAt = job.startedAtMs.map(RFC3339.string)
@@ -528,7 +532,7 @@ struct AuditRow: Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, kind, state, attempts, source, destination, size, md5, crc32c, error, batch, verified
+        case id, kind, state, attempts, source, destination, size, md5, crc32c, error, batch, verified, skipped
         case submittedAt = "submitted_at", submittedAtMs = "submitted_at_ms", startedAt = "started_at", startedAtMs = "started_at_ms"
         case finishedAt = "finished_at", finishedAtMs = "finished_at_ms"
     }

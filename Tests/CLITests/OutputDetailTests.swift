@@ -158,6 +158,10 @@ import TestSupport
         #expect((shown["result"] as? [String: Any])?["skipped"] as? Bool == true, "\(shown)")
         let result = try #require(try workspace.json(["result", id, "--json"]) as? [String: Any])
         #expect(result["skipped"] as? Bool == true, "\(result)")
+        // The audit, read years later, tells a skip from a transfer too.
+        let audited = try #require(try workspace.json(["audit", "--json"]) as? [[String: Any]])
+        #expect(audited.first { $0["id"] as? String == id }?["skipped"] as? Bool == true, "\(audited)")
+        #expect(audited.first { $0["id"] as? String != id }?["skipped"] == nil, "\(audited)")
         let text = try workspace.jobctl(["show", id]).stdout
         #expect(text.contains("skipped:") && text.contains("it was left as it is, and nothing of this job's was written there"), "\(text)")
         #expect(try String(contentsOfFile: buckets + "/b/x.txt", encoding: .utf8) == "hello")

@@ -298,6 +298,9 @@ import TestSupport
         unverified.verified = []
         var oneVerified = result
         oneVerified.verified = [.crc32c]
+        // `if_exists: skip` settled it: `"skipped": true`.
+        let skipped = JobResult(object: StorageObject(bucket: "b", name: "o", size: 9, crc32c: "objcrc=="), path: "/tmp/o", size: 9,
+                                skipped: true)
         let specs = [
             JobSpec(kind: .downloadMemory, source: "file:///tmp/b/o0.bin"),
             JobSpec(kind: .uploadFile, source: "/tmp/a b", destination: "gs://bucket/dir/o?x=1"),
@@ -327,6 +330,8 @@ import TestSupport
                 record.result = unverified
                 records.append(record)
                 record.result = oneVerified
+                records.append(record)
+                record.result = skipped
                 records.append(record)
                 record.result = nil
                 record.bytesTotal = 12_345
@@ -363,11 +368,11 @@ import TestSupport
                 }
             }
         }
-        // The six rows without an error (two with `verified` recorded) of the two plain specs, both ways of display, at the three
-        // times TimeText computes (the fourth, past 9999, is Foundation's); JSON also writes the
+        // The seven rows without an error (two with `verified` recorded, one skipped) of the two plain specs, both ways of
+        // display, at the three times TimeText computes (the fourth, past 9999, is Foundation's); JSON also writes the
         // formula's (CSV gives it a `'`), CSV also the backslash's.
-        #expect(written.json == 6 * 3 * 3 * 2, "\(written.json)")
-        #expect(written.csv == 6 * 3 * 3 * 2, "\(written.csv)")
+        #expect(written.json == 7 * 3 * 3 * 2, "\(written.json)")
+        #expect(written.csv == 7 * 3 * 3 * 2, "\(written.csv)")
     }
 
     /// Numbers and times written as bytes are `String(_:)`'s and Foundation's ISO 8601 text (what
