@@ -186,7 +186,7 @@ public indirect enum ResumePoint: Codable, Sendable, Equatable, Hashable {
     /// `total` is the file's size as the answer the bytes came from named it (absent in events logged
     /// before it was recorded): a resumed range whose answer names another size belongs to another file.
     /// `prefixCRC32C` is the CRC32C (base64) of the `bytesWritten` bytes, recorded when an attempt stops
-    /// (a pause, a shutdown): a resumed attempt reads them back and starts over when they no longer
+    /// (a pause, a shutdown) or fails retryably: a resumed attempt reads them back and starts over when they no longer
     /// match — the temporary file was written to meanwhile — instead of finishing a file of mixed bytes
     /// that, over plain HTTP without a served hash, nothing after would catch. Absent from the periodic
     /// checkpoints (the stream's hashes run behind it) and from events logged before it was recorded.

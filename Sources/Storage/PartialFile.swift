@@ -59,7 +59,8 @@ public final class PartialFile {
     /// The disk-full error that made a write remove the file (see `write(_:at:)`).
     private var removedForLackOfSpace: StorageError?
     /// The CRC32C (base64) the log recorded for the resumed prefix (`ResumePoint.download`'s
-    /// `prefixCRC32C`), which `readBack` checks; nil when it recorded none or nothing was resumed.
+    /// `prefixCRC32C`), which `restartUnlessPrefixUnchanged` checks; nil when it recorded none or nothing
+    /// was resumed.
     private var recordedPrefixCRC32C: String?
     /// The CRC32C of the first `count` bytes, as the attempt that wrote them computed them
     /// (`recordPrefix`): in the resume point while `count` is `bytesWritten`.
@@ -443,7 +444,7 @@ public final class PartialFile {
     }
 
     /// Records the CRC32C (base64) of the file's first `count` bytes as the attempt computed them while
-    /// writing: an attempt that stops gives its resume point the hash of what it kept (see
+    /// writing: an attempt that stops or fails retryably gives its resume point the hash of what it kept (see
     /// `ResumePoint.download`'s `prefixCRC32C`).
     public func recordPrefix(count: Int64, crc32c: String) {
         prefixCRC32C = (count, crc32c)
