@@ -208,7 +208,10 @@ struct ControlStorm {
         // A job a user cancelled while no worker ran it (paused, or back in the queue after a crash) leaves
         // its file to the next worker's sweep (README, Guarantees); any other end takes it at once.
         let trails = try histories(jobs, store)
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: out).filter { name in
+        // A finished job's files go just after its final event is committed (the runner removes them once
+        // the transfer has returned, off the cooperative pool): a job final in the log may still have its
+        // file for a moment, longer on a loaded machine. Left after seconds, it is left.
+        func leftoverFiles() throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: out).filter { name in
             guard name.hasSuffix(".jobctl-partial"), let job = jobs.first(where: { name.contains($0.id) }) else { return false }
             let events = try store.events(jobID: job.id)
             guard let end = events.last else { return true }
@@ -217,7 +220,9 @@ struct ControlStorm {
             // expired lease itself (the run's file, made before its held `started` was written, is the sweep's).
             let rescued = before?.type == .leaseExpired || (end.type == .failed && end.data.reason?.hasPrefix("lease expired") == true)
             return !end.actor.hasPrefix("cli:") && !rescued
-        }
+        } }
+        _ = try eventually(seconds: 5) { try leftoverFiles().isEmpty }
+        let leftovers = try leftoverFiles()
         #expect(leftovers.isEmpty, "\(context) partial files of finished jobs left behind: \(leftovers)\n\(trails)")
         for worker in workers where worker.process.isRunning {
             let pid = worker.process.processIdentifier
