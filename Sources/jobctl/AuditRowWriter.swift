@@ -136,9 +136,11 @@ enum AuditRowWriter {
             && field(result?.md5 ?? result?.object?.md5Hash) && field(result?.crc32c ?? result?.object?.crc32c)
             && time(job.createdAtMs) && time(job.startedAtMs) && time(job.finishedAtMs)
         if written {
-            // No error (code, name, message) and no batch (id, source): five empty fields; then `verified`.
+            // No error (code, name, message) and no batch (id, source): five empty fields; then `verified`
+            // and `skipped`.
             bytes.append(contentsOf: [UInt8](repeating: UInt8(ascii: ","), count: 5))
             _ = field(VerifiedHashes.csvText(result?.verified?.map(\.rawValue)))
+            _ = field(result?.skipped == true ? "true" : nil)
         } else {
             bytes.removeSubrange(mark...)
         }

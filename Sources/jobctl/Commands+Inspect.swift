@@ -145,11 +145,17 @@ extension Commands {
             if let exclude = batch.exclude { origin += "; exclude \(exclude.joined(separator: ", "))" }
             lines.append(("expanded from", origin))
         }
-        let total = job.bytesTotal.map { " of \(ByteSize.format($0))" } ?? ""
-        let confirmed = job.spec.kind.isUpload && job.state != .succeeded ? " confirmed" : ""
-        var bytes = "\(ByteSize.format(job.confirmedBytes))\(total)\(confirmed) (\(job.progressText))"
-        if let sent = job.unconfirmedBytes { bytes += "; \(ByteSize.format(sent)) sent" }
-        lines.append(("bytes", bytes))
+        if job.state == .succeeded, job.result?.skipped == true {
+            // Nothing of this job's was written: the bytes recorded are the destination's or a transfer's
+            // that was dropped, and "9 B of 976.6 KiB (100%)" read as a short transfer that succeeded.
+            lines.append(("bytes", "none written (skipped)" + (job.bytesTotal.map { "; the source has \(ByteSize.format($0))" } ?? "")))
+        } else {
+            let total = job.bytesTotal.map { " of \(ByteSize.format($0))" } ?? ""
+            let confirmed = job.spec.kind.isUpload && job.state != .succeeded ? " confirmed" : ""
+            var bytes = "\(ByteSize.format(job.confirmedBytes))\(total)\(confirmed) (\(job.progressText))"
+            if let sent = job.unconfirmedBytes { bytes += "; \(ByteSize.format(sent)) sent" }
+            lines.append(("bytes", bytes))
+        }
         if let resume = job.displayedResumePoint { lines.append(("resume at", Describe.resumePoint(resume))) }
         if job.pauseRequested { lines.append(("pending", "pause requested")) }
         if job.cancelRequested { lines.append(("pending", "cancel requested")) }

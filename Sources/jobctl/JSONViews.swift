@@ -487,7 +487,8 @@ struct AuditRow: Encodable {
     /// does not say (no result, or one logged before it was recorded). CSV: space-separated, `none` for `[]`.
     let verified: [String]?
     /// `true` for a transfer `if_exists: skip` (or `skip-identical`) settled without writing, as in `show`
-    /// and `result`; absent otherwise: a skipped job's row read as a transfer made. (CSV has no column.)
+    /// and `result`; absent otherwise: a skipped job's row read as a transfer made. CSV: the last column,
+    /// `true` or empty.
     let skipped: Bool?
     let submittedAt: String
     let submittedAtMs: Int64
@@ -521,13 +522,13 @@ struct AuditRow: Encodable {
         error = job.error.map { ErrorView($0, display: display) }
     }
 
-    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message,batch,batch_source,verified"
+    static let csvHeader = "id,kind,state,attempts,source,destination,size,md5,crc32c,submitted_at,started_at,finished_at,error_code,error_name,error_message,batch,batch_source,verified,skipped"
 
     var csvLine: String {
         let fields: [String?] = [id, kind, state, "\(attempts)", source, destination, size.map(String.init), md5, crc32c,
                                  submittedAt, startedAt, finishedAt, error.map { String($0.code) }, error?.name, error?.message,
                                  batch?.id, batch?.source,
-                                 VerifiedHashes.csvText(verified)]
+                                 VerifiedHashes.csvText(verified), skipped == true ? "true" : nil]
         return fields.map { CSVField.text($0 ?? "") }.joined(separator: ",")
     }
 

@@ -162,8 +162,13 @@ import TestSupport
         let audited = try #require(try workspace.json(["audit", "--json"]) as? [[String: Any]])
         #expect(audited.first { $0["id"] as? String == id }?["skipped"] as? Bool == true, "\(audited)")
         #expect(audited.first { $0["id"] as? String != id }?["skipped"] == nil, "\(audited)")
+        let csv = try workspace.jobctl(["audit", "--csv"]).stdout.split(separator: "\n")
+        #expect(csv.first?.hasSuffix(",verified,skipped") == true, "\(csv)")
+        #expect(csv.first { $0.hasPrefix(id) }?.hasSuffix(",true") == true, "\(csv)")
+        #expect(csv.first { !$0.hasPrefix(id) && !$0.hasPrefix("id,") }?.hasSuffix(",") == true, "\(csv)")
         let text = try workspace.jobctl(["show", id]).stdout
         #expect(text.contains("skipped:") && text.contains("it was left as it is, and nothing of this job's was written there"), "\(text)")
+        #expect(text.contains("none written (skipped)") && !text.contains("(100%)"), "\(text)")
         #expect(try String(contentsOfFile: buckets + "/b/x.txt", encoding: .utf8) == "hello")
         // A transfer that was not skipped has no such key.
         let listed = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
