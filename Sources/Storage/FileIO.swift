@@ -79,10 +79,24 @@ extension PartialFile {
         }
     }
 
-    /// `restartUnlessPrefixUnchanged()` on the file-I/O threads: the prefix read back may be gigabytes.
-    func restartUnlessPrefixUnchangedOffPool() async throws(StorageError) {
-        guard checksPrefix else { return }
-        try await FileIO.run(.readBack, on: self) { file throws(StorageError) in try file.restartUnlessPrefixUnchanged() }
+    /// `restartUnlessPrefixUnchanged(feeding:)` on the file-I/O threads (the prefix read back may be
+    /// gigabytes), feeding the kept bytes to a stream of the whole file's hashes (of MD5 too when `md5`),
+    /// returned when it hashed every kept byte; nil when nothing was checked or the file started over
+    /// (the caller hashes what is kept itself). Made only for a checked prefix: most downloads keep none.
+    func restartUnlessPrefixUnchangedOffPool(md5: Bool) async throws(StorageError) -> StreamChecksums? {
+        guard checksPrefix else { return nil }
+        let checksums = StreamChecksums(md5: md5)
+        let check = try await FileIO.run(.readBack, on: (self, checksums)) { work throws(StorageError) -> PrefixCheck in
+            let (file, checksums) = work
+            var position: Int64 = 0
+            let check = try file.restartUnlessPrefixUnchanged { bytes in
+                checksums.feed(bytes, at: position)
+                position += Int64(bytes.count)
+            }
+            if check != .unchanged { _ = checksums.finish() }  // its hashing, if any went off the thread, ends
+            return check
+        }
+        return check == .unchanged ? checksums : nil
     }
 
     /// `sync()` on the file-I/O threads, or here on a filesystem kept in memory (see `commitOffPool`):

@@ -1040,15 +1040,16 @@ public struct GCSBackend: StorageBackend {
         if case .download(_, let recorded, _, _, _, _, _)? = resume, recorded != generation { resume = nil }  // changed: start over
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: within)
-        try await partial.restartUnlessPrefixUnchangedOffPool()
         if partial.bytesWritten > object.size { try partial.restart() }
-        let total = object.size
-        let progress = ProgressThrottle(total: total, report: report)
-        let start = partial.bytesWritten
         // CRC32C, which GCS always reports, is the check; MD5 is computed when asked or when it is the
         // only hash the object has.
         let expected = Self.digests(of: object)
-        let sink = FileSink(partial: partial, requestedOffset: start, md5: expected.needMD5(asked: md5),
+        // The check of the kept bytes hashes them for the whole file's check in the same read.
+        let prefixHashes = try await partial.restartUnlessPrefixUnchangedOffPool(md5: expected.needMD5(asked: md5))
+        let total = object.size
+        let progress = ProgressThrottle(total: total, report: report)
+        let start = partial.bytesWritten
+        let sink = FileSink(partial: partial, requestedOffset: start, md5: expected.needMD5(asked: md5), prefixHashes: prefixHashes,
                             checkpoint: { partial, _ in
                                 .checkpoint(partial.resumePoint(generation: generation, etag: nil), bytesTotal: total)
                             },

@@ -531,12 +531,14 @@ public struct HTTPBackend: StorageBackend {
         let recordedTotal = kept
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: within)
-        try await partial.restartUnlessPrefixUnchangedOffPool()
+        // The check of the kept bytes hashes them for the whole file's check in the same read.
+        let prefixHashes = try await partial.restartUnlessPrefixUnchangedOffPool(md5: md5)
         let start = partial.bytesWritten
         let progress = ProgressThrottle(total: nil, report: report)
         // The total comes with the response headers, which the sink holds once the body starts.
         weak var headersSource: FileSink?
         let sink = FileSink(partial: partial, requestedOffset: start, sentValidator: start > 0 ? validator : nil, md5: md5,
+                            prefixHashes: prefixHashes,
                             checkpoint: { partial, headers in
                                 .checkpoint(partial.resumePoint(generation: nil, etag: Self.validator(headers, of: url),
                                                                 total: Self.fileSize(headers) ?? recordedTotal),

@@ -642,12 +642,16 @@ final class FileSink: ResponseBodySink {
     private let sentValidator: String?
 
     /// A sink that computes MD5 from the start when `md5` is true.
+    /// `prefixHashes`: a stream that already hashed every byte kept in `partial`, in order (the check of
+    /// the kept bytes fed them: `restartUnlessPrefixUnchangedOffPool(md5:)`); nil for a fresh one,
+    /// of MD5 too when `md5`.
     init(partial: PartialFile, requestedOffset: Int64, sentValidator: String? = nil, md5: Bool = false,
+         prefixHashes: StreamChecksums? = nil,
          checkpoint: @escaping (PartialFile, [String: String]) -> TransferEvent, report: @escaping @Sendable (TransferEvent) -> Void,
          progress: @escaping (Int64) -> Void) {
         self.sentValidator = sentValidator
         self.partial = partial
-        self.checksums = StreamChecksums(md5: md5)
+        self.checksums = prefixHashes ?? StreamChecksums(md5: md5)
         self.offset = partial.bytesWritten
         self.lastCheckpoint = partial.bytesWritten
         self.logHoldsBytes = partial.bytesWritten > 0
@@ -783,9 +787,9 @@ final class FileSink: ResponseBodySink {
         return (start, end)
     }
 
-    /// Hashes the bytes already in the partial file (a resumed download).
+    /// Hashes the bytes already in the partial file (a resumed download), unless the stream already has.
     func hashExistingPrefix() throws(StorageError) {
-        guard offset > 0 else { return }
+        guard offset > checksums.hashedUpTo else { return }
         var position: Int64 = 0
         let checksums = self.checksums
         try partial.readBack { bytes in
@@ -853,7 +857,7 @@ extension FileSink {
 
     /// `hashExistingPrefix()` on `FileIO`'s threads: a resumed download's prefix may be gigabytes.
     func hashExistingPrefixOffPool() async throws(StorageError) {
-        guard offset > 0 else { return }
+        guard offset > checksums.hashedUpTo else { return }
         try await FileIO.run(.readBack, on: self) { sink throws(StorageError) in try sink.hashExistingPrefix() }
     }
 

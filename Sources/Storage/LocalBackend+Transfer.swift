@@ -720,8 +720,17 @@ final class LocalTransfer {
         }
         let partial = try PartialFile(destination: destination, jobID: control.jobID, leaseToken: control.leaseToken,
                                       resumeFrom: resume, recorded: resumePoint, within: spec.folderTail)
-        try partial.restartUnlessPrefixUnchanged()
         if partial.bytesWritten > total { try partial.restart() }
+        // The check of the kept bytes hashes them for the whole file's check in the same read.
+        let wantsMD5 = recorded(object).needMD5(asked: spec.wantsMD5)
+        var hashes = StreamingHashes(md5: wantsMD5)
+        switch try partial.restartUnlessPrefixUnchanged(feeding: { hashes.update($0) }) {
+        case .unchanged: break
+        case .restarted:
+            _ = hashes.finish()  // its hashing, if any went off the thread, ends
+            hashes = StreamingHashes(md5: wantsMD5)
+        case .unchecked: try partial.readBack { hashes.update($0) }
+        }
         if partial.bytesWritten == 0, let resumePoint, case .download = resumePoint, resumePoint.bytesDone > 0 {
             // Starting over (the object changed, the file was gone): the log's point no longer holds its bytes.
             report(.checkpoint(partial.droppedPoint, bytesTotal: total))
@@ -733,8 +742,6 @@ final class LocalTransfer {
         defer {
             if partial.removed, logHoldsBytes { report(.checkpoint(partial.droppedPoint, bytesTotal: total)) }
         }
-        let hashes = StreamingHashes(md5: recorded(object).needMD5(asked: spec.wantsMD5))
-        try partial.readBack { hashes.update($0) }
         let keptPrefix = partial.bytesWritten > 0
         try file.seek(to: partial.bytesWritten)
 

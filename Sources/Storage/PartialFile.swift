@@ -644,20 +644,37 @@ public final class PartialFile {
     /// Whether the log recorded a CRC32C of the resumed prefix that `restartUnlessPrefixUnchanged` checks.
     var checksPrefix: Bool { recordedPrefixCRC32C != nil }
 
+    /// What `restartUnlessPrefixUnchanged` found.
+    public enum PrefixCheck: Sendable, Equatable {
+        /// The log recorded no CRC32C of the kept bytes (or none were kept): nothing was read or fed.
+        case unchecked
+        /// The kept bytes have the CRC32C recorded: every one of them was fed, in order.
+        case unchanged
+        /// They changed: the file starts over from byte 0, and what was fed is of bytes no longer kept.
+        case restarted
+    }
+
     /// A resumed prefix whose CRC32C the log recorded (`ResumePoint.download`'s `prefixCRC32C`) is read
     /// back and hashed; when it no longer has that hash — the file was written to while the job was
     /// paused (an edit in place keeps its size and inode) — the download starts over from byte 0
     /// (`restart()`) instead of joining new bytes to changed ones. Called before the caller takes
-    /// `bytesWritten` as where its request starts. Returns whether it started over.
+    /// `bytesWritten` as where its request starts.
+    ///
+    /// The bytes read go to `feeding` too, in order, so that a caller that hashes the kept bytes for
+    /// the whole file's check does it in the same read (`.unchanged`); a prefix of gigabytes was read
+    /// twice, once here and once for those hashes.
     @discardableResult
-    public func restartUnlessPrefixUnchanged() throws(StorageError) -> Bool {
-        guard let recorded = recordedPrefixCRC32C else { return false }
+    public func restartUnlessPrefixUnchanged(feeding: (UnsafeRawBufferPointer) -> Void = { _ in }) throws(StorageError) -> PrefixCheck {
+        guard let recorded = recordedPrefixCRC32C else { return .unchecked }
         recordedPrefixCRC32C = nil
         var crc = CRC32C()
-        try readBack { crc.update($0) }
-        guard crc.base64 != recorded else { return false }
+        try readBack { bytes in
+            crc.update(bytes)
+            feeding(bytes)
+        }
+        guard crc.base64 != recorded else { return .unchanged }
         try restart()
-        return true
+        return .restarted
     }
 }
 

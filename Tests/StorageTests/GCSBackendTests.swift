@@ -1,6 +1,6 @@
 import Foundation
 @testable import JobModel
-import Storage
+@testable import Storage
 import TestSupport
 import Testing
 
@@ -195,9 +195,12 @@ struct GCSBackendTests {
         #expect(!FileManager.default.fileExists(atPath: destination))
 
         let second = EventRecorder()
-        let result = try finished(await run(backend, spec, resume: point, recorder: second))
+        let journal = FileIO.Journal()
+        let result = try finished(await FileIO.$journal.withValue(journal) { await run(backend, spec, resume: point, recorder: second) })
         #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == payload)
         #expect(result.md5 == nil && result.object?.md5Hash == hashes(payload).md5)
+        // The kept bytes were read once: the check of their recorded CRC32C fed the whole file's hashes.
+        #expect(journal.recorded.filter { $0 == .readBack }.count == 1, "\(journal.recorded)")
         // The second attempt started at the written offset: it fetched fewer bytes than the object.
         let firstReported = try #require(second.progress.first)
         #expect(firstReported == written)
