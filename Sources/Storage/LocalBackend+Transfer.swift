@@ -166,7 +166,7 @@ final class LocalTransfer {
         }
         transferBytes = total
 
-        let location = try backend.locate(reference, creating: true)
+        let location = try backend.locate(reference, creating: true, within: spec.batch?.path)
         let existing = (spec.ifExists ?? .overwrite) == .overwrite ? nil : location.directory.entry(location.name).flatMap { $0.isRegular ? $0 : nil }
         // An existing object that is the session file an earlier attempt linked into place is the job's own
         // (its second name, where a death after the link left one, under the name it has now).
@@ -659,7 +659,7 @@ final class LocalTransfer {
 
     private func openObject(field: String = "source") throws(StorageError) -> (LocalFile, StorageObject, LocalLocation) {
         let reference = try reference(field == "source" ? spec.source : spec.destination, field)
-        let location = try backend.locate(reference, creating: false)
+        let location = try backend.locate(reference, creating: false, within: spec.batch?.path)
         guard let file = try location.directory.openExisting(location.name, writable: false, context: .object) else {
             // Named by its reference, as every other backend names a missing object (and the folder
             // case below does): the bucket folder's path on this machine is not what the job said.
@@ -908,7 +908,7 @@ extension LocalTransfer {
     fileprivate func delete() throws(StorageError) -> TransferOutcome {
         let reference: StorageReference
         if let parsed { reference = parsed } else { reference = try backend.configuration.reference(parsing: spec.destination ?? "") }
-        let location = try backend.locate(reference, creating: false)
+        let location = try backend.locate(reference, creating: false, within: spec.batch?.path)
         guard let found = location.directory.entry(location.name) else {
             // An earlier attempt may have removed it and died before its outcome was written
             // (`ResumePoint.deleteMayBeDone`): the delete is done; a sidecar it left behind goes too.

@@ -187,9 +187,25 @@ struct LocalObjectPlace: Equatable {
     }
 
     /// `of(_:bucketsDirectory:)` with `reference.fullPath` already cut into its parts.
-    static func of(_ reference: StorageReference, path: LocalObjectPath, bucketsDirectory: String?) -> LocalObjectPlace? {
+    ///
+    /// `namedTail`: the end of the path that came from names rather than from the user — a batch job's
+    /// path below the folder or prefix it was expanded from (`JobBatch.path`). In a `file:///` path its
+    /// folders are walked without following links, as every folder inside a named bucket is: a link
+    /// planted at `dst/sub` after a folder upload to `file:///…/dst/` was submitted took that upload's
+    /// `sub/…` files wherever it led. The folder the user named may itself be a link.
+    static func of(_ reference: StorageReference, path: LocalObjectPath, bucketsDirectory: String?,
+                   namedTail: String? = nil) -> LocalObjectPlace? {
         guard reference.scheme == .file, let name = path.parts.last else { return nil }
         if reference.bucket.isEmpty {
+            if let namedTail {
+                let tail = SlashSeparatedPath.parts(of: namedTail)
+                let parts = path.parts
+                if tail.count > 1, parts.count > tail.count, zip(parts.suffix(tail.count), tail).allSatisfy({ $0 == $1 }) {
+                    let named = parts.count - tail.count
+                    return LocalObjectPlace(rootPath: "/" + parts[..<named].joined(separator: "/"),
+                                            components: Array(parts[named..<(parts.count - 1)]), name: name, inNamedBucket: false)
+                }
+            }
             return LocalObjectPlace(rootPath: "/" + path.joinedFolders, components: [], name: name, inNamedBucket: false)
         }
         guard let bucketsDirectory else { return nil }
@@ -419,9 +435,10 @@ extension LocalBackend {
     }
 
     /// Opens `reference`'s folder, refusing non-file schemes, the root, reserved names and symbolic links
-    /// inside a bucket. Uploads create the bucket and the folders (`creating`); reads do not, and a
-    /// missing folder is `objectNotFound`.
-    func locate(_ reference: StorageReference, creating: Bool) throws(StorageError) -> LocalLocation {
+    /// inside a bucket, or below the folder a batch job was expanded from (`within`, its `JobBatch.path`:
+    /// see `LocalObjectPlace.of`'s `namedTail`). Uploads create the bucket and the folders (`creating`);
+    /// reads do not, and a missing folder is `objectNotFound`.
+    func locate(_ reference: StorageReference, creating: Bool, within: String? = nil) throws(StorageError) -> LocalLocation {
         guard reference.scheme == .file else {
             throw StorageError(.invalidArgument, "'\(reference)' is not a file:// reference; the local backend serves file:// only")
         }
@@ -432,13 +449,15 @@ extension LocalBackend {
         if let reserved = path.firstReserved {
             throw StorageError(.invalidArgument, HiddenName.reservedMessage(reserved))
         }
-        guard let place = LocalObjectPlace.of(reference, path: path, bucketsDirectory: configuration.localBucketsDirectory) else {
+        guard let place = LocalObjectPlace.of(reference, path: path, bucketsDirectory: configuration.localBucketsDirectory,
+                                              namedTail: within) else {
             throw StorageError(.invalidArgument, "'\(reference)' names no object")
         }
         let context: LocalFiles.Context = creating ? .destination : .object
         do throws(StorageError) {
             if reference.bucket.isEmpty {
-                let directory = try SafeDirectory.open(trusted: place.rootPath, create: creating, context: context)
+                var directory = try SafeDirectory.open(trusted: place.rootPath, create: creating, context: context)
+                if !place.components.isEmpty { directory = try directory.descend(place.components, create: creating, context: context) }
                 return LocalLocation(reference: reference, root: "/", directory: directory, name: place.name)
             }
             return try locate(reference, in: place, creating: creating, context: context)

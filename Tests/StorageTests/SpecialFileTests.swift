@@ -226,3 +226,68 @@ struct PrefixFolderLinkTests {
         try await check(backend, source: "gs://\(server.bucket)/sub/a.txt", in: directory)
     }
 }
+
+/// A `file:///` path's folders below the folder a batch job was expanded from come from file or object
+/// names: a link planted there after the submit (`dst/sub -> /elsewhere` under a folder upload to
+/// `file:///…/dst/`) was followed, and the upload's `sub/…` files and their sidecars were written where
+/// it led; a prefix download from `file:///…/src/` read through `src/sub -> /elsewhere` the same way.
+/// Such folders are walked without following links now, as every folder inside a named bucket is; the
+/// folder the user named still may be a link.
+@Suite("a batch's folders in a file:/// path are not followed through links", .onTestThreads)
+struct FileURLBatchFolderLinkTests {
+    private let payload = patternData(30_000, seed: 29)
+
+    @Test func aFolderUploadDoesNotWriteThroughALinkBelowItsDestination() async throws {
+        let (directory, _, backend) = try localBuckets("jobctl-batch-link")
+        defer { directory.remove() }
+        let source = directory.file("s.txt")
+        try payload.write(to: URL(fileURLWithPath: source))
+        // The user's folder is itself a link: followed, as named.
+        let real = directory.file("real-dst")
+        try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true)
+        let named = directory.file("dst")
+        #expect(symlink(real, named) == 0)
+        let elsewhere = directory.file("elsewhere")
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        #expect(symlink(elsewhere, real + "/sub") == 0)
+        var spec = JobSpec(kind: .uploadFile, source: source, destination: "file://\(named)/sub/s.txt")
+        spec.batch = JobBatch(id: "01BATCHLINK", source: directory.path + "/", path: "sub/s.txt")
+
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.code == .pathError && refused.message.contains("symbolic link"), "\(refused)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere).isEmpty, "nothing written through the link")
+
+        // The link gone, the folder is made and the object lands under the user's (linked) folder.
+        #expect(unlink(real + "/sub") == 0)
+        _ = try finished(await run(backend, spec))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: real + "/sub/s.txt")) == payload)
+        // A job written one by one names its whole path: its folders may be links, as before.
+        #expect(unlink(real + "/sub/s.txt") == 0 && unlink(real + "/sub/.s.txt.jobctl-meta.json") == 0 && rmdir(real + "/sub") == 0)
+        #expect(symlink(elsewhere, real + "/sub") == 0)
+        spec.batch = nil
+        _ = try finished(await run(backend, spec))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: elsewhere + "/s.txt")) == payload)
+    }
+
+    @Test func aPrefixDownloadDoesNotReadThroughALinkBelowItsSource() async throws {
+        let (directory, _, backend) = try localBuckets("jobctl-batch-link")
+        defer { directory.remove() }
+        let elsewhere = directory.file("elsewhere")
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        try Data("not the object".utf8).write(to: URL(fileURLWithPath: elsewhere + "/a.txt"))
+        let src = directory.file("src")
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        #expect(symlink(elsewhere, src + "/sub") == 0)
+        var spec = JobSpec(kind: .downloadFile, source: "file://\(src)/sub/a.txt", destination: directory.file("restore/sub/a.txt"))
+        spec.batch = JobBatch(id: "01BATCHLINK", source: "file://\(src)/", path: "sub/a.txt")
+
+        let refused = try failure(await run(backend, spec))
+        #expect(refused.code == .pathError && refused.message.contains("symbolic link"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("restore/sub/a.txt")))
+
+        #expect(unlink(src + "/sub") == 0)
+        _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://\(src)/sub/a.txt", data: payload)))
+        _ = try finished(await run(backend, spec))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("restore/sub/a.txt"))) == payload)
+    }
+}
