@@ -133,6 +133,13 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     /// `text` with every control character but the tab shown as `\u{…}`.
     static func printable(_ text: String) -> String { TerminalText.printableKeepingTabs(text) }
 
+    /// `FILE:LINE:COL: note: TEXT`, one line whatever the file's name and the text hold: a note names
+    /// files and objects a listing met, and a line break in one (`a\nm.yaml:9:9: error: …`) printed a
+    /// line of its own, a diagnostic the manifest never had; it shows as `\u{A}`, as in an error.
+    public static func note(file: String, line: Int, column: Int, _ text: String) -> String {
+        "\(printable(file)):\(line):\(column): note: \(printable(text))"
+    }
+
     private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
         scalar != "\t" && TerminalText.isControl(scalar)
     }

@@ -118,7 +118,7 @@ extension ManifestReader {
         guard let listing else { return ([], []) }
         var notes: [String] = []
         if let skipped = listing.skippedText {
-            notes.append("\(file):\(mark.line):\(mark.column): note: \(quoted): skipped \(skipped)")
+            notes.append(ManifestError.note(file: file, line: mark.line, column: mark.column, "\(quoted): skipped \(skipped)"))
         }
         // A file the walk reached (from its folder's descriptor) at a path the kernel refuses: no job could
         // open it. It was left out with the whole folder as "a FIFO, or gone while listed".

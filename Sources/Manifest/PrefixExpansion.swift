@@ -196,8 +196,9 @@ public struct PrefixExpansion: Sendable, Hashable {
     public func skippedNote(_ skipped: [(path: String, what: String)]) -> String? {
         guard let first = skipped.first else { return nil }
         let more = skipped.count > 1 ? " and \(skipped.count - 1) more entries that are no objects" : ""
-        return "\(file):\(sourceMark.line):\(sourceMark.column): note: 'source' '\(prefixText)': skipped '\(first.path)' "
-            + "(\(first.what))\(more); a link in a bucket is never followed: name its target in a job of its own"
+        return ManifestError.note(file: file, line: sourceMark.line, column: sourceMark.column,
+                                  "'source' '\(prefixText)': skipped '\(first.path)' "
+                                      + "(\(first.what))\(more); a link in a bucket is never followed: name its target in a job of its own")
     }
 
     /// The note saying which objects holding data were skipped because their names end in `/` (listed by
@@ -211,10 +212,11 @@ public struct PrefixExpansion: Sendable, Hashable {
         }.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
         guard let first = taken.first else { return nil }
         let more = taken.count > 1 ? " and \(taken.count - 1) more such \(taken.count == 2 ? "object" : "objects")" : ""
-        return "\(file):\(sourceMark.line):\(sourceMark.column): note: 'source' '\(prefixText)': skipped the object "
-            + "'\(LocalPathBounds.shortened(first.name))' (\(first.size) \(first.size == 1 ? "byte" : "bytes"))\(more): its name ends in '/', "
-            + "which no local file's can, and it holds data, so it is no empty folder placeholder; copy it to a name without "
-            + "the trailing '/' to download it"
+        return ManifestError.note(file: file, line: sourceMark.line, column: sourceMark.column,
+                                  "'source' '\(prefixText)': skipped the object "
+                                      + "'\(LocalPathBounds.shortened(first.name))' (\(first.size) \(first.size == 1 ? "byte" : "bytes"))\(more): "
+                                      + "its name ends in '/', which no local file's can, and it holds data, so it is no empty folder "
+                                      + "placeholder; copy it to a name without the trailing '/' to download it")
     }
 
     /// The error for a prefix that could not be listed (`cause` says why and what to do), at `source`.

@@ -875,4 +875,34 @@ import Glibc
                 "\(devNull.stderr)\n\(fromFile.stderr)")
         #expect(!FileManager.default.fileExists(atPath: workspace.database), "nothing submitted: no log was created")
     }
+
+    /// A note names what a listing skipped — a link in an uploaded folder, an entry of a `file://` bucket
+    /// that is no object — and the manifest; a line break in either printed a line of its own, so a file
+    /// named `a\nm.yaml:9:9: error: FORGED` wrote a diagnostic the manifest never had. It shows as
+    /// `\u{A}`, as in an error.
+    @Test func aNoteIsOneLineWhateverTheNamesItQuotes() throws {
+        let workspace = try CLIWorkspace("note-line-breaks")
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let forged = "a\nm.yaml:9:9: error: FORGED"
+        for folder in ["src", "buckets/lb/p"] {
+            try FileManager.default.createDirectory(atPath: workspace.directory.file(folder), withIntermediateDirectories: true)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: workspace.directory.file(folder + "/ok.txt")))
+            #expect(symlink("ok.txt", workspace.directory.file(folder + "/" + forged)) == 0)
+        }
+        let manifest = try workspace.write("two\nlines.yaml", """
+            - {kind: upload-file, source: src/, destination: "file://lb/up/"}
+            - {kind: download-file, source: "file://lb/p/", destination: out/}
+
+            """)
+        let output = try workspace.jobctl(["submit", "--dry-run", manifest], environment: environment)
+        #expect(output.status == 0, "\(output.stderr)")
+        let lines = output.stderr.split(separator: "\n")
+        let notes = lines.filter { $0.contains(": note: ") }
+        #expect(notes.count == 2, "\(output.stderr)")
+        for note in notes {
+            #expect(note.contains("two\\u{A}lines.yaml:") && note.contains("a\\u{A}m.yaml:9:9: error: FORGED' (a symbolic link)"), "\(note)")
+        }
+        #expect(!lines.contains { $0.hasPrefix("m.yaml:9:9") || $0.hasPrefix("lines.yaml") }, "\(output.stderr)")
+    }
 }
