@@ -39,6 +39,10 @@ final class LocalTransfer {
 
     deinit { allocatedBuffer?.deallocate() }
 
+    /// The stamp (size, times, identity) of the object file `openObject` opened last, from the status its
+    /// metadata was read from: `checkUnchangedWhileRead` compares it at the end of a read.
+    private var openedStamp: SourceStamp?
+
     /// Holds the next step of a copy, `bytes` long, to the rate limits, and ends the attempt once the
     /// job's `timeout:` has passed (a retryable error, as for a network transfer). Returns the step to
     /// take — under a limit a sixteenth of a second's worth of the lowest (`TokenBucket.copyStep`), so
@@ -670,7 +674,24 @@ final class LocalTransfer {
             throw StorageError(.objectNotFound, "object '\(reference)' does not exist ('\(location.path)' is not a regular file)")
         }
         let object = try backend.readMetadata(location, status: status)
+        openedStamp = status.stamp
         return (file, object, location)
+    }
+
+    /// A download of an object no recorded hash describes (no sidecar: a file put in the bucket by hand)
+    /// checks, once every byte is read, that the file was not written to meanwhile: its bytes could be of
+    /// two versions, which nothing would catch — a 4 MB object written at its start and its end during a
+    /// copy ended `succeeded` with a file matching neither. A retryable failure (the copy removed by the
+    /// caller), as an upload whose source changed is; an object with hashes is checked by them.
+    private func checkUnchangedWhileRead(_ file: LocalFile, _ object: StorageObject, reference: String) throws(StorageError) {
+        guard object.crc32c == nil, object.md5Hash == nil, let then = openedStamp else { return }
+        let now = try file.status().stamp
+        guard !now.isUnchanged(since: then) else { return }
+        let what = now.size != then.size ? "it holds \(now.size) bytes, not the \(then.size) it held when the read began"
+            : "it was written to after the read began"
+        throw StorageError(.pathError, "object '\(reference)' changed while it was read (\(what)), and it has no recorded hash "
+                               + "to tell which bytes are whose: nothing was kept — a retry reads it again from its start",
+                           retryable: true)
     }
 
     /// The hashes the object's sidecar records (CRC32C always, MD5 when its upload computed one).
@@ -792,9 +813,10 @@ final class LocalTransfer {
         let verified: [ChecksumAlgorithm]
         do {
             verified = try verify(object, md5: md5, crc32c: crc32c)
+            try checkUnchangedWhileRead(file, object, reference: spec.source ?? "")
         } catch {
             partial.discard()
-            throw keptPrefix ? error.afterKeptPrefix() : error
+            throw keptPrefix && !error.retryable ? error.afterKeptPrefix() : error
         }
         guard let path = try partial.commitUnlessTaken(replacing: rule.replaces) else { return try rule.downloadFoundTaken(destination) }
         return .finished(JobResult(object: object, path: path, size: total, md5: md5, crc32c: crc32c, verified: verified))
@@ -833,6 +855,7 @@ final class LocalTransfer {
         }
         let (md5, crc32c) = hashes.finish()
         let verified = try verify(object, md5: md5, crc32c: crc32c)
+        try checkUnchangedWhileRead(file, object, reference: location.reference.description)
         return .finished(JobResult(object: object, size: total, md5: md5, crc32c: crc32c, data: data, verified: verified))
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import JobModel
 @testable import Storage
+import Synchronization
 import TestSupport
 import Testing
 
@@ -289,5 +290,49 @@ struct FileURLBatchFolderLinkTests {
         _ = try finished(await run(backend, JobSpec(kind: .uploadData, destination: "file://\(src)/sub/a.txt", data: payload)))
         _ = try finished(await run(backend, spec))
         #expect(try Data(contentsOf: URL(fileURLWithPath: directory.file("restore/sub/a.txt"))) == payload)
+    }
+}
+
+/// A `file://` object without a sidecar (put in the bucket by hand) has no recorded hash, so nothing
+/// checked a download's bytes: written in place at its start and its end while it was read, it ended
+/// `succeeded` with a file (or bytes in memory) matching neither version. The read's end now finds the
+/// file changed (size, times, identity) and fails retryably, keeping nothing; the retry reads the new one.
+@Suite("a file:// object written to while it is read", .onTestThreads)
+struct ObjectChangedWhileReadTests {
+    @Test(arguments: [JobKind.downloadFile, .downloadMemory])
+    func anObjectWithoutHashesWrittenToWhileReadFailsRetryably(_ kind: JobKind) async throws {
+        let (directory, buckets, backend) = try localBuckets("jobctl-changed-while-read")
+        defer { directory.remove() }
+        let object = buckets + "/b/plain.bin"
+        let original = patternData(3 << 20, seed: 31)
+        try original.write(to: URL(fileURLWithPath: object))
+        let destination = directory.file("out/plain.bin")
+        let spec = kind == .downloadFile
+            ? JobSpec(kind: .downloadFile, source: "file://b/plain.bin", destination: destination)
+            : JobSpec(kind: .downloadMemory, source: "file://b/plain.bin", maxSize: 4 << 20)
+        let written = Atomic<Bool>(false)
+        let recorder = EventRecorder { event in
+            // After the first MiB: one byte already read and one not yet read are changed in place.
+            guard case .progress(let done, _) = event, done >= 1 << 20, !written.exchange(true, ordering: .relaxed) else { return }
+            let handle = FileHandle(forUpdatingAtPath: object)!
+            for offset: UInt64 in [10, (3 << 20) - 100] {
+                try? handle.seek(toOffset: offset)
+                handle.write(Data([0xEE]))
+            }
+            try? handle.close()
+        }
+        let error = try failure(await run(backend, spec, recorder: recorder))
+        let wrote = written.load(ordering: .relaxed)
+        #expect(wrote)
+        #expect(error.code == .pathError && error.retryable && error.message.contains("changed while it was read"), "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: destination))
+        let now = try Data(contentsOf: URL(fileURLWithPath: object))
+        #expect(now != original)
+        let result = try finished(await run(backend, spec))
+        if kind == .downloadFile {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: destination)) == now)
+        } else {
+            #expect(result.data == now)
+        }
     }
 }
