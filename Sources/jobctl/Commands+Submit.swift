@@ -376,9 +376,13 @@ extension Commands {
         var failures: [String] = []
         var notShown = 0
         var realFolders: [String: String] = [:]
+        // Each local file written, by the first job writing it: a file one job writes where another's
+        // folder must be is checked below.
+        var localFiles: [String: Int] = [:]
         for (index, spec) in specs.enumerated() where spec.kind.isUpload || spec.kind == .downloadFile {
             guard let destination = spec.destination else { continue }
             let file = localFile(spec, destination: destination, buckets: localBuckets, realFolders: &realFolders)
+            if let file, localFiles[file] == nil { localFiles[file] = index }
             let written = UTF8Key(file.map { "file " + $0 } ?? "object " + destination)
             guard let earlier = writer[written] else {
                 writer[written] = index
@@ -401,6 +405,30 @@ extension Commands {
                             + "'\(Display.redacting.location(destination))', as the job at \(place) does\(expanded), and neither waits for the "
                             + "other ('after:'): what it ends up holding would depend on which ran last; give each job its own destination, "
                             + "or order them with 'after:'")
+        }
+        // A local file one job writes at a path another job's file is below (a prefix holding the objects
+        // `a` and `a/b`, downloaded into `restore/`): one of them fails when it runs, and which one
+        // depended on the order they ran in — `after:` cannot make both succeed.
+        for (file, index) in localFiles.sorted(by: { $0.value < $1.value }) {
+            var folder = SlashSeparatedPath.directory(of: file)
+            while folder != "/", folder != "." {
+                if let other = localFiles[folder] {
+                    guard failures.count < ManifestLimits.default.maximumShownErrors else {
+                        notShown += 1
+                        break
+                    }
+                    let (later, earlier) = (max(index, other), min(index, other))
+                    let here = origins[later], there = origins[earlier]
+                    let place = there.path == here.path ? "line \(there.line)" : "\(TerminalText.printable(there.path)):\(there.line)"
+                    let expanded = specs[earlier].batch != nil || specs[later].batch != nil ? " (as the files of a folder, glob or prefix job map)" : ""
+                    failures.append("\(TerminalText.printable(here.path)):\(here.line):\(here.column): error: this job writes "
+                                    + "'\(Display.redacting.location(later == index ? file : folder))', and the job at \(place) writes "
+                                    + "'\(Display.redacting.location(later == index ? folder : file))'\(expanded): a file and a folder of one "
+                                    + "name, which cannot both be; give one of them another destination, or 'exclude:' one")
+                    break
+                }
+                folder = SlashSeparatedPath.directory(of: folder)
+            }
         }
         if notShown > 0 {
             failures.append("\(plural(notShown, "more error")) not shown after the first \(failures.count); "

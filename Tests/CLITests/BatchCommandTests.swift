@@ -82,7 +82,7 @@ import TestSupport
         #expect(origin["source"] as? String == workspace.directory.path + "/photos/")
         #expect(origin["exclude"] as? [String] == ["*.tmp"])
         let csv = try workspace.jobctl(["audit", "--batch", batch.id, "--csv"])
-        #expect(csv.stdout.split(separator: "\n").dropFirst().allSatisfy { $0.hasSuffix(",\(batch.id),\(workspace.directory.path)/photos/,crc32c") },
+        #expect(csv.stdout.split(separator: "\n").dropFirst().allSatisfy { $0.hasSuffix(",\(batch.id),\(workspace.directory.path)/photos/,crc32c,") },
                 "\(csv.stdout)")
         let id = try #require(listed.first?["id"] as? String)
         let history = try jsonArray(workspace, ["history", id, "--json"])

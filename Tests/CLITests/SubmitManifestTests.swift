@@ -718,6 +718,48 @@ import Glibc
         #expect(try String(contentsOfFile: buckets + "/dst/b.txt", encoding: .utf8) == "three")
     }
 
+    /// A file one job writes where another job's file needs a folder (a prefix holding the objects `a`
+    /// and `a/b`, downloaded into `restore/`; an upload to `file://dst/x` and one to `file://dst/x/y`) was
+    /// submitted: one of the two failed when it ran, and which one depended on the order they ran in.
+    /// Now an error at the later job (65, nothing submitted), `after:` or not: no order writes both.
+    @Test func aFileWhereAnotherJobsFolderMustBeIsRefused() throws {
+        let workspace = try CLIWorkspace()
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        try workspace.write("buckets/src/a", "a file\n")
+        try workspace.write("buckets/src/c/a/b", "below a folder a\n")
+        let downloads = try workspace.write("down.yaml", """
+        - {kind: download-file, source: "file://src/c/a/b", destination: restore/a/b, key: deep}
+        - {kind: download-file, source: "file://src/a", destination: restore/, after: [deep]}
+        """)
+        let refused = try workspace.jobctl(["submit", downloads], environment: environment)
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("down.yaml:2:3: error: this job writes '\(workspace.directory.file("restore/a"))', and the job at "
+                                        + "line 1 writes '\(workspace.directory.file("restore/a/b"))': a file and a folder of one name"),
+                "\(refused.stderr)")
+        #expect(refused.stderr.contains("Error: nothing was submitted"))
+
+        // A folder upload whose files map below an object another job uploads: the same, at the later job.
+        try workspace.write("tree/y", "y\n")
+        let uploads = try workspace.write("up.yaml", """
+        - {kind: upload-file, source: tree/, destination: "file://dst/x/"}
+        - {kind: upload-data, data: one, destination: "file://dst/x"}
+        """)
+        let clash = try workspace.jobctl(["submit", uploads], environment: environment)
+        #expect(clash.status == 65, "\(clash.stderr)")
+        #expect(clash.stderr.contains("up.yaml:2:3: error: this job writes '\(workspace.directory.file("buckets/dst/x"))', and the job at line 1 "
+                                      + "writes '\(workspace.directory.file("buckets/dst/x/y"))' (as the files of a folder, glob or prefix job map)"),
+                "\(clash.stderr)")
+        #expect(try !FileManager.default.fileExists(atPath: workspace.database)
+                || workspace.jobctl(["list", "--json"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
+        // Side by side, not one below the other: submitted.
+        let fine = try workspace.write("fine.yaml", """
+        - {kind: upload-data, data: one, destination: "file://dst/x.txt"}
+        - {kind: upload-data, data: two, destination: "file://dst/x/y.txt"}
+        """)
+        #expect(try workspace.jobctl(["submit", fine], environment: environment).status == 0)
+    }
+
     /// One local file written under several spellings — a named bucket's object, the same object as a
     /// `file:///` path, a download into that path through a linked folder — was taken as three
     /// destinations: all submitted, the file holding whichever ran last. Now they are one.
