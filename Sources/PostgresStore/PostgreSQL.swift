@@ -320,6 +320,15 @@ final class PostgresConnection {
     /// A worker's calls timed whole (claims, group commits, renewals) are still run again once: their
     /// answer may have been trickled by a path that a new connection avoids.
     private(set) var lastCallGivenUp = false
+    /// The last connection attempt's failure and until when (`StopDeadline.nowNs()`) `reconnect` answers
+    /// with it instead of trying again (`reconnectHoldNs`).
+    private var failedReconnect: (error: PostgresError, untilNs: UInt64)?
+    /// How long a failed connection attempt stands for the calls that come after it. Every call of a
+    /// store runs on its one connection in turn: behind a server that took connections and answered
+    /// nothing, each call queued behind a failed attempt made its own (the connect timeout, 10 s), and a
+    /// worker holding eight jobs gave them up one at a time, 10 s apart — four minutes into an outage
+    /// its 30 s leases had long ended. A worker's own retries pause longer than this anyway.
+    static let reconnectHoldNs: UInt64 = 1_000_000_000
 
     /// Makes `schema` the session's only schema on its search_path (pg_catalog, searched first when the
     /// path does not name it, stays first), now and after every `reconnect`.
@@ -572,10 +581,20 @@ final class PostgresConnection {
     ///
     /// See https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQRESET and
     /// https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PQCONNECTSTARTPARAMS
+    ///
+    /// An attempt that failed (its session not opened, or not set up) is not made again for
+    /// `reconnectHoldNs`: the calls that come meanwhile fail at once with its error.
     func reconnect() throws(PostgresError) {
-        try resetSession()
-        // The new session's search_path is the URL's again: back to the log's schema before anything else.
-        if let logSchema { try keepToSchema(logSchema) }
+        if let failed = failedReconnect, StopDeadline.nowNs() < failed.untilNs { throw failed.error }
+        do throws(PostgresError) {
+            try resetSession()
+            // The new session's search_path is the URL's again: back to the log's schema before anything else.
+            if let logSchema { try keepToSchema(logSchema) }
+            failedReconnect = nil
+        } catch {
+            failedReconnect = (error, StopDeadline.nowNs() + Self.reconnectHoldNs)
+            throw error
+        }
     }
 
     /// `reconnect`'s new session, as the URL sets it up.

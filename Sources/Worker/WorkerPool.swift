@@ -536,13 +536,20 @@ public final class WorkerPool: Sendable {
                 // written (a full disk, a database gone read-only) stops and says so, rather than retrying
                 // for ever: a drain is a command that ends. A worker without --drain keeps trying (a
                 // service outlives a full disk once space is freed).
+                // The gap is from the end of the last failed call to the start of this one: a call that
+                // fails only after waiting (a silent server's connect timeout, 10 s) put its own wait in
+                // the gap, every failure then looked like a streak of its own, and a drain whose server
+                // had gone silent went round for ever.
+                let ended = Clock.nowMs()
                 if let last = lastStoreError, now - last > Self.streakGapMs(config) { writesFailingSince = nil }
-                lastStoreError = now
+                lastStoreError = ended
                 let failingSince = writesFailingSince ?? now
                 writesFailingSince = failingSince
-                if Self.drainGivesUp(config, running: runningCount, failingForMs: now - failingSince) {
-                    log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
-                    throw WorkerStopped.storeRefusesWrites(WorkerLog.describe(error), cause: error as? StoreError, forMs: now - failingSince)
+                // Jobs running now, not at the turn's start: the turn's own claim may have started some.
+                let runningNow = state.withLock { $0.running.count }
+                if Self.drainGivesUp(config, running: runningNow, failingForMs: ended - failingSince) {
+                    log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: ended)
+                    throw WorkerStopped.storeRefusesWrites(WorkerLog.describe(error), cause: error as? StoreError, forMs: ended - failingSince)
                 }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await rest(milliseconds: Self.errorRestMs(consecutiveErrors: consecutiveErrors, config))

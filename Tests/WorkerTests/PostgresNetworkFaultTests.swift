@@ -102,6 +102,45 @@ import TestSupport
         #expect(!worker.log.contains(try PostgresServer.shared().password))
     }
 
+    /// The path to the server goes silent — connections accepted, nothing answered, nothing reset (a
+    /// stalled proxy or load balancer, a frozen host) — while a worker holds several running jobs. Every
+    /// store call waited behind the one before, each new connection its full connect timeout, and each held
+    /// job's outcome then cost another before it was abandoned: with eight jobs under a 30 s lease the
+    /// worker gave its jobs up one by one, 10 s apart, and a drain ended ~250 s into the outage. A
+    /// connection attempt that failed is not made again for a moment: the calls queued meanwhile fail at
+    /// once with its error, so the held jobs are abandoned together about a lease after the silence began.
+    @Test func aSilentServerHasItsHeldJobsAbandonedTogether() throws {
+        let directory = try TemporaryDirectory("pg-silent-held")
+        defer { directory.remove() }
+        let database = try PostgresServer.shared().makeSchema("pgsilentheld")
+        let migrated = try jobctl(["migrate"], database: database)
+        try #require(migrated.status == 0, "\(migrated.stderr)")
+        let count = 6
+        try FileManager.default.createDirectory(atPath: directory.file("src"), withIntermediateDirectories: true)
+        for index in 0..<count { try writePatternFile(directory.file("src/\(index).bin"), size: 600_000) }
+        let ids = try submit((0..<count).map { "- {kind: upload-file, source: src/\($0).bin, destination: file://out/\($0).bin, max_rate: 50k}\n" }
+                                 .joined(), database: database, directory: directory)
+        #expect(ids.count == count)
+        let proxy = try TCPFaultProxy(upstreamPort: try PostgresServer.shared().port)
+        defer { proxy.stop() }
+        let store = try PostgresStore(url: database, mode: .readOnly)
+        let worker = try JobctlProcess.worker(database: try Self.proxied(database, proxy),
+                                              ["--drain", "--lease", "6", "--concurrency", String(count)],
+                                              environment: ["JOBCTL_BUCKETS": directory.file("buckets")], logDirectory: directory.path)
+        defer { worker.signal(SIGKILL) }
+        try #require(try eventually(seconds: 20) { try ids.allSatisfy { try store.job($0)?.state == .running } }, "\(worker.log)")
+        proxy.goSilent()
+        let silent = Date()
+        let status = worker.wait(seconds: 120)
+        let tookSeconds = Date().timeIntervalSince(silent)
+        #expect(status == 1, "\(worker.log)")
+        // The first call's answer limit (10 s at least) and one connect timeout (10 s), the transfers' own
+        // 12 s, and a margin: not one connect timeout per held job and per look at it.
+        #expect(tookSeconds < 50, "the drain ended \(tookSeconds) s into the silence: \(worker.log)")
+        for id in ids { #expect(worker.log.contains("abandoned \(id)"), "\(id): \(worker.log)") }
+        #expect(!worker.log.contains(try PostgresServer.shared().password))
+    }
+
     /// The lease renewals' own connection goes silent (a proxy or a NAT that stopped forwarding it) while
     /// the store's connection and the transfer go on. Its renewal was given up only after the store's
     /// answer limit (the lease, at least 10 s), when the leases it renewed had already run out: another
