@@ -104,6 +104,14 @@ extension EventStore {
         }
     }
 
+    /// See `JobStore.refuseNewerSchema`: the ledger's newest version against the newest this jobctl knows.
+    public func refuseNewerSchema() throws(StoreError) {
+        let found = try withConnection { (connection) throws(StoreError) -> Int in
+            try connection.first("SELECT max(version) FROM schema_migrations") { row in row.int(0) } ?? 0
+        }
+        if found > Migrator.latestVersion { throw StoreError.newerSchema(found: found, known: Migrator.latestVersion) }
+    }
+
     /// The earliest `run_after` among queued jobs in `queues` (nil: any queue): when the next retry is due.
     public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
         if let queues, queues.isEmpty { return nil }

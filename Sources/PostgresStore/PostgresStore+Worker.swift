@@ -204,6 +204,17 @@ extension PostgresStore {
         }
     }
 
+    /// See `JobStore.refuseNewerSchema`: the ledger's newest version against the newest this jobctl knows.
+    public func refuseNewerSchema() throws(StoreError) {
+        let found = try withConnection { (connection) throws(StoreError) -> Int in
+            Int(try connection.row("SELECT coalesce(max(version), 0) FROM schema_migrations") { (row) throws(StoreError) in
+                try row.integer(0)
+            } ?? 0)
+        }
+        let known = PostgresMigrator.latestVersion
+        if found > known { throw StoreError.newerSchema(found: found, known: known) }
+    }
+
     /// The earliest `run_after` among queued jobs in `queues` (nil: any queue): when the next retry is due.
     ///
     /// Read through the queued jobs' index (`jobs_queued_claim_order`: priority, run_after, seq) one

@@ -179,6 +179,10 @@ public protocol JobStore: AnyObject, Sendable {
     func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64?
     /// A number that changes when another process commits: polled cheaply by idle workers and watchers.
     func dataVersion() throws(StoreError) -> Int64
+    /// Throws `StoreError.newerSchema` when a newer jobctl has upgraded the log since this store opened
+    /// it: a worker that went on would write rows the newer schema reads otherwise (a running worker
+    /// never looked at the ledger again, and its rows disagreed with the log's own replay).
+    func refuseNewerSchema() throws(StoreError)
     /// The final jobs that create local temporary files (download-file; uploads to `file://`) finished at
     /// or after `finishedSince` (nil: all), oldest first, and the resume points of every unfinished job,
     /// read in one snapshot: what the orphan sweep and `jobctl orphans` look at.

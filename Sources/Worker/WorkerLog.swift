@@ -195,6 +195,13 @@ public final class WorkerLog: Sendable {
     }
 
     /// The worker's clock is off from the database's (see `ClockSkew`).
+    /// At start: opening the log upgraded its schema (`from` to `to`), which older jobctls cannot open.
+    public func logUpgraded(from: Int, to: Int, _ meaning: String, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .logUpgraded, fields: [
+            ("from_schema", .integer(Int64(from))), ("to_schema", .integer(Int64(to))), ("action", .text(meaning)),
+        ]))
+    }
+
     public func clockSkew(_ skew: ClockSkew, now: Int64) {
         let direction = skew.aheadMs > 0 ? "ahead of" : "behind"
         let what = skew.source == .databaseClock ? "the database server's clock is" : "the newest event in the log is dated"

@@ -73,6 +73,8 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     /// A write whose answer was lost (the store failed after its commit) had committed after all: the
     /// retry was refused because the event was already in the log, and the worker carries on as written.
     case writeLanded = "write_landed"
+    /// At start: opening the log upgraded its schema (older jobctls can no longer open it).
+    case logUpgraded = "log_upgraded"
     /// The worker's clock differs from the database's (or the newest event lies in the future).
     case clockSkew = "clock_skew"
     /// At start: `gs://` jobs are queued and no Google credentials (nor an emulator) were found.

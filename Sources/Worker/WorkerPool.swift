@@ -381,6 +381,9 @@ public final class WorkerPool: Sendable {
         var drainWaitMs: Int64?
         var drainWaitStarted: Int64 = 0
         var lastDrainCheck: Int64 = 0
+        // When the ledger was last read, and whether another writer committed since (see `schemaCheckMs`).
+        var lastSchemaCheck = Clock.nowMs()
+        var schemaCheckPending = false
         // Rescue promptly when a lease can have expired; heartbeat three times per lease.
         let heartbeatEvery = Self.heartbeatEveryMs(config)
         let rescueEvery = max(200, min(config.leaseMs / 2, 5_000))
@@ -445,6 +448,14 @@ public final class WorkerPool: Sendable {
                     let version = try await store.run { try $0.dataVersion() }
                     changed = version != lastDataVersion
                     lastDataVersion = version
+                    // Another writer committed: a newer jobctl may have upgraded the log (looked at every few
+                    // seconds at most, one read of the ledger). This worker then stops (`stopsTheWorker`).
+                    schemaCheckPending = schemaCheckPending || changed
+                    if schemaCheckPending && Self.isDue(since: lastSchemaCheck, every: Self.schemaCheckMs, now: now) {
+                        lastSchemaCheck = now
+                        schemaCheckPending = false
+                        try await store.run { try $0.refuseNewerSchema() }
+                    }
                 }
 
                 // Heartbeat before the rescue: after the wall clock stepped forward by more than a lease
@@ -641,10 +652,14 @@ public final class WorkerPool: Sendable {
     /// longer the one at the database's path, or its disk failed a sync.
     static func stopsTheWorker(_ error: StoreError) -> Bool {
         switch error {
-        case .damaged, .replaced, .syncFailed: true
+        // A log a newer jobctl upgraded: each write from here on would be in the older schema's terms.
+        case .damaged, .replaced, .syncFailed, .newerSchema: true
         default: false
         }
     }
+
+    /// How often at most a worker looks whether the log was upgraded past it, once another writer committed.
+    static let schemaCheckMs: Int64 = 5_000
 
     /// Whether something done at `since` and every `every` ms is due again at `now`; at once when the
     /// clock stepped back past `since` (else heartbeats would stop until it caught up, and the leases

@@ -1,7 +1,9 @@
+import EventStore
 import Foundation
 import JobLifecycle
 import JobModel
 import Manifest
+import PostgresStore
 import StorePort
 
 /// The version printed by `--version`.
@@ -47,7 +49,10 @@ enum CommandRunner {
             if let extra = rest.dropFirst().first {
                 return usageFailure("'\(first)' takes no arguments (got '\(extra)')", usage: "jobctl --version\n  See 'jobctl --help'.")
             }
-            emit("jobctl \(jobctlVersion)")
+            // With the log schemas it knows: two builds of one version may differ there, and a jobctl
+            // that refuses a log as newer names the schema it found (which one to upgrade to).
+            emit("jobctl \(jobctlVersion) (event log schema: SQLite \(EventStore.knownSchemaVersion), "
+                 + "PostgreSQL \(PostgresStore.knownSchemaVersion))")
             return ExitCode.ok
         case "help", "-h", "--help":
             // `jobctl --help list` is `jobctl help list`, as git takes it.

@@ -363,7 +363,7 @@ extension Commands {
         if grant != nil && !isPostgresURL(context.databasePath) {
             throw UsageError("--grant applies only to a PostgreSQL database (--db postgres://…): an SQLite file has no roles")
         }
-        let store = try context.openStore(create: true, wholeLog: true)
+        let store = try context.openStore(create: true, wholeLog: true, announcesUpgrade: false)
         let applied = store.appliedMigrations
         if let grant, let postgres = store as? PostgresStore {
             try postgres.grantWorkerRole(grant)

@@ -69,7 +69,8 @@ extension Commands {
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
         cancelled, lease_lost, released, abandoned, rescued (a dead worker's job taken back: outcome queued, or failed on its
         last attempt, cancelled or paused); and warnings: store_error, write_landed, slow_commit,
-        signal_received, clock_skew, no_credentials, newer_events (jobs with events of types a newer jobctl wrote
+        signal_received, log_upgraded (at start: opening the log upgraded its schema, which older jobctls cannot open),
+        clock_skew, no_credentials, newer_events (jobs with events of types a newer jobctl wrote
         are left alone), tls_key_log (SSLKEYLOGFILE is set), open_files_limit (the soft open-files limit is raised to the hard one at
         start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start),
         log_lines_dropped, orphan_sweep_failed; orphan_removed names a file the sweep of final jobs' leftovers removed, and
@@ -161,6 +162,7 @@ extension Commands {
         // anyway: the session is given up and opened again rather than waited on for ever.
         let answerTimeoutMs = max(Int64(leaseMs), 10_000)
         let store = try context.openStore(worker: true, answerTimeoutMs: answerTimeoutMs)
+        if let upgrade = Context.upgrade(by: store) { log.logUpgraded(from: upgrade.from, to: upgrade.to, Context.upgradeText(upgrade), now: Clock.nowMs()) }
         let before = Clock.nowMs()
         if let reading = try? store.clockReading() {
             let after = Clock.nowMs()

@@ -149,22 +149,47 @@ struct Context: Sendable {
     /// server or a proxy that stopped forwarding cannot hang it; a `wholeLog` command (one that may keep
     /// the server busy with the whole log in one statement: archive, replay, migrate) waits only as long
     /// as the variable says, and as long as the server takes when it is unset.
+    ///
+    /// A command that upgraded an existing log on the way (its migrations applied: `submit`, `cancel`, …)
+    /// says so on standard error, unless `announcesUpgrade` is false (`migrate` prints its own, a worker
+    /// logs it): a jobctl older than this one can no longer open the log, and it used to change silently.
     func openStore(readOnly: Bool = false, create: Bool = false, worker: Bool = false, wholeLog: Bool = false,
-                   answerTimeoutMs: Int64? = nil) throws -> any JobStore {
+                   answerTimeoutMs: Int64? = nil, announcesUpgrade: Bool = true) throws -> any JobStore {
         if let problem = databaseTargetProblem { throw problem }
+        let store: any JobStore
         if isPostgresURL(databasePath) {
             let timeout = try worker ? answerTimeoutMs
                 : answerTimeoutMs ?? databaseAnswerTimeoutMs(default: wholeLog ? nil : Self.defaultAnswerTimeoutMs)
-            return try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite,
-                                     answerTimeoutMs: timeout)
+            store = try PostgresStore(url: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite,
+                                      answerTimeoutMs: timeout)
+        } else {
+            let local = try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
+            if worker && !readOnly {
+                try local.checkpointInBackground()
+                // No job of this worker writes over or deletes the log it records them in.
+                ProtectedFiles.protect(localLogFiles, as: "this worker's event log")
+            }
+            store = local
         }
-        let store = try EventStore(path: databasePath, mode: readOnly ? .readOnly : create ? .create : .readWrite)
-        if worker && !readOnly {
-            try store.checkpointInBackground()
-            // No job of this worker writes over or deletes the log it records them in.
-            ProtectedFiles.protect(localLogFiles, as: "this worker's event log")
+        if announcesUpgrade && !worker, let upgrade = Self.upgrade(by: store) {
+            emitError("note: \(Self.upgradeText(upgrade))")
         }
         return store
+    }
+
+    /// The schemas an existing log was upgraded from and to when `store` was opened; nil when nothing was
+    /// applied, or when the log was made by this open (all its migrations are its creation).
+    static func upgrade(by store: any JobStore) -> (from: Int, to: Int)? {
+        let applied = store.appliedMigrations
+        guard let first = applied.min(), first > 1, let last = applied.max() else { return nil }
+        return (first - 1, last)
+    }
+
+    /// What an upgrade means to the user: which jobctl can no longer open the log.
+    static func upgradeText(_ upgrade: (from: Int, to: Int)) -> String {
+        "the event log was upgraded from schema \(upgrade.from) to \(upgrade.to): a jobctl that knows only schema \(upgrade.from) "
+            + "(the schemas a jobctl knows are in its --version) can no longer open it — upgrade every jobctl that shares the log, and "
+            + "stop any older worker still running on it (what it writes now may disagree with the new schema until `jobctl replay`)"
     }
 
     /// What every command refuses in the database it was given before opening anything (a usage error):

@@ -1,4 +1,6 @@
+import EventStore
 import Foundation
+import PostgresStore
 import Synchronization
 import Testing
 import TestSupport
@@ -43,6 +45,9 @@ import Worker
         let version = try workspace.jobctl(["--version"])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("jobctl "))
+        // The log schemas it knows, which the refusal of a newer log names: which build to upgrade to.
+        #expect(version.stdout.contains("(event log schema: SQLite \(EventStore.knownSchemaVersion), PostgreSQL "
+                                        + "\(PostgresStore.knownSchemaVersion))"), "\(version.stdout)")
         // A word after --version is a mistake said, not ignored; --help with a topic is help on it.
         for arguments in [["--version", "x"], ["version", "--json"]] {
             let extra = try workspace.jobctl(arguments)

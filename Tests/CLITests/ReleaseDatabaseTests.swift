@@ -1,3 +1,4 @@
+import EventStore
 import Foundation
 import Testing
 import TestSupport
@@ -63,5 +64,37 @@ import TestSupport
         #expect(audit.status == 0, "\(audit.stderr)")
         let result = try workspace.jobctl(["result", Self.memoryJob])
         #expect(result.status == 0 && result.stdout.utf8.count == 71, "\(result.stderr)")
+    }
+
+    /// `submit`, `cancel` or a worker that found the log at an older schema upgraded it without a word:
+    /// from then on no jobctl that knows only the older schema could open it, and an older worker still
+    /// running on it wrote rows the new schema reads otherwise. Each says so now — a command on standard
+    /// error, a worker as `log_upgraded` — and `migrate`, which prints what it applied, says it once.
+    @Test("an upgrade made on the way by a command or a worker is said")
+    func anUpgradeOnTheWayIsSaid() throws {
+        let fixture = "\(PackagePaths.root)/Tests/EventStoreTests/Fixtures/release-1.db"
+        let workspace = try CLIWorkspace("cli-release-upgrade")
+        defer { workspace.directory.remove() }
+        for (index, arguments) in [["cancel", Self.memoryJob], ["worker", "--drain", "--queue", "none"], ["migrate"]].enumerated() {
+            let database = workspace.directory.file("log-\(index).db")
+            try FileManager.default.copyItem(atPath: fixture, toPath: database)
+            let output = try runProcess(PackagePaths.jobctlBinary, ["--db", database] + arguments, environment: ["NO_COLOR": "1"])
+            let said = "the event log was upgraded from schema 2 to \(EventStore.knownSchemaVersion)"
+            switch arguments[0] {
+            case "worker":
+                let line = output.stderr.split(separator: "\n").first { $0.contains(" log_upgraded ") }
+                #expect(line.map { $0.contains("from_schema=2") && $0.contains("to_schema=\(EventStore.knownSchemaVersion)") } == true,
+                        "\(output.stderr)")
+            case "migrate":
+                #expect(output.status == 0 && output.stdout.contains("applied migrations 3, 4"), "\(output.stdout)\(output.stderr)")
+                #expect(!output.stderr.contains(said), "\(output.stderr)")
+            default:
+                #expect(output.stderr.contains("note: " + said) && output.stderr.contains("the schemas a jobctl knows are in its --version"),
+                        "\(output.stderr)")
+            }
+            // Once: the log is at the newest schema now.
+            let again = try runProcess(PackagePaths.jobctlBinary, ["--db", database] + arguments, environment: ["NO_COLOR": "1"])
+            #expect(!again.stderr.contains(said) && !again.stderr.contains("log_upgraded"), "\(again.stderr)")
+        }
     }
 }

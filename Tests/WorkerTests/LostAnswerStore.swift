@@ -115,6 +115,7 @@ final class LostAnswerStore: JobStore {
     func lastSeq() throws(StoreError) -> Int64 { try inner.lastSeq() }
     func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? { try inner.nextRunAfter(queues: queues) }
     func dataVersion() throws(StoreError) -> Int64 { try inner.dataVersion() }
+    func refuseNewerSchema() throws(StoreError) { try inner.refuseNewerSchema() }
     func leftoverCandidates(finishedSince: Int64?) throws(StoreError) -> LeftoverCandidates {
         try inner.leftoverCandidates(finishedSince: finishedSince)
     }
