@@ -688,7 +688,9 @@ final class LocalTransfer {
         let now = try file.status().stamp
         guard !now.isUnchanged(since: then) else { return }
         let what = now.size != then.size ? "it holds \(now.size) bytes, not the \(then.size) it held when the read began"
-            : "it was written to after the read began"
+            : now.modifiedNanos != then.modifiedNanos ? "it was written to after the read began"
+            : "its change time moved after the read began — a write whose modification time was put back, or a chmod, "
+                + "chown or new hard link, which the file's times cannot tell apart"
         throw StorageError(.pathError, "object '\(reference)' changed while it was read (\(what)), and it has no recorded hash "
                                + "to tell which bytes are whose: nothing was kept — a retry reads it again from its start",
                            retryable: true)

@@ -203,7 +203,7 @@ enum LocalFiles {
     static func symbolicLinkRefused(_ path: String, operation: String) -> StorageError {
         StorageError(.pathError,
                      "a symbolic link was found at '\(path)' and was not followed (\(operation)); jobctl never writes "
-                         + "through links it did not make: remove the link (and check who planted it), then retry the job")
+                         + "or reads through a link there that it did not make: remove the link (and check who planted it), then retry the job")
     }
 
     /// Something other than the file jobctl made sits at `path` (a directory, a device, a file with other

@@ -195,10 +195,11 @@ public final class WorkerLog: Sendable {
     }
 
     /// The worker's clock is off from the database's (see `ClockSkew`).
-    /// At start: opening the log upgraded its schema (`from` to `to`), which older jobctls cannot open.
-    public func logUpgraded(from: Int, to: Int, _ meaning: String, now: Int64) {
+    /// At start: opening the log upgraded its schema to `to` (migrations `firstMigration` to `to`), which
+    /// older jobctls cannot open.
+    public func logUpgraded(firstMigration: Int, to: Int, _ meaning: String, now: Int64) {
         record(WorkerLogEntry(atMs: now, level: .warning, event: .logUpgraded, fields: [
-            ("from_schema", .integer(Int64(from))), ("to_schema", .integer(Int64(to))), ("action", .text(meaning)),
+            ("to_schema", .integer(Int64(to))), ("first_migration", .integer(Int64(firstMigration))), ("action", .text(meaning)),
         ]))
     }
 

@@ -162,7 +162,7 @@ extension Commands {
         // anyway: the session is given up and opened again rather than waited on for ever.
         let answerTimeoutMs = max(Int64(leaseMs), 10_000)
         let store = try context.openStore(worker: true, answerTimeoutMs: answerTimeoutMs)
-        if let upgrade = Context.upgrade(by: store) { log.logUpgraded(from: upgrade.from, to: upgrade.to, Context.upgradeText(upgrade), now: Clock.nowMs()) }
+        if let upgrade = Context.upgrade(by: store) { log.logUpgraded(firstMigration: upgrade.first, to: upgrade.to, Context.upgradeText(upgrade), now: Clock.nowMs()) }
         let before = Clock.nowMs()
         if let reading = try? store.clockReading() {
             let after = Clock.nowMs()

@@ -298,7 +298,7 @@ extension Commands {
             counts[batch.id, default: (0, batch.source)].count += 1
         }
         return order.compactMap { id in
-            counts[id].map { "batch \(id): \(plural($0.count, "job")) from \(Display.redacting.text($0.source))" }
+            counts[id].map { "batch \(id): \(plural($0.count, "job")) from \(TerminalText.printable(Display.redacting.text($0.source)))" }
         }
     }
 
@@ -378,11 +378,13 @@ extension Commands {
         var realFolders: [String: String] = [:]
         // Each local file written, by the first job writing it: a file one job writes where another's
         // folder must be is checked below.
-        var localFiles: [String: Int] = [:]
+        // Byte for byte, as the file system compares names: `String` keys took the precomposed and the
+        // decomposed "é" for one name, and refused two distinct files.
+        var localFiles: [UTF8Key: Int] = [:]
         for (index, spec) in specs.enumerated() where spec.kind.isUpload || spec.kind == .downloadFile {
             guard let destination = spec.destination else { continue }
             let file = localFile(spec, destination: destination, buckets: localBuckets, realFolders: &realFolders)
-            if let file, localFiles[file] == nil { localFiles[file] = index }
+            if let file, localFiles[UTF8Key(file)] == nil { localFiles[UTF8Key(file)] = index }
             let written = UTF8Key(file.map { "file " + $0 } ?? "object " + destination)
             guard let earlier = writer[written] else {
                 writer[written] = index
@@ -409,10 +411,11 @@ extension Commands {
         // A local file one job writes at a path another job's file is below (a prefix holding the objects
         // `a` and `a/b`, downloaded into `restore/`): one of them fails when it runs, and which one
         // depended on the order they ran in — `after:` cannot make both succeed.
-        for (file, index) in localFiles.sorted(by: { $0.value < $1.value }) {
+        for (key, index) in localFiles.sorted(by: { $0.value < $1.value }) {
+            let file = key.string
             var folder = SlashSeparatedPath.directory(of: file)
             while folder != "/", folder != "." {
-                if let other = localFiles[folder] {
+                if let other = localFiles[UTF8Key(folder)] {
                     guard failures.count < ManifestLimits.default.maximumShownErrors else {
                         notShown += 1
                         break

@@ -177,19 +177,21 @@ struct Context: Sendable {
         return store
     }
 
-    /// The schemas an existing log was upgraded from and to when `store` was opened; nil when nothing was
-    /// applied, or when the log was made by this open (all its migrations are its creation).
-    static func upgrade(by store: any JobStore) -> (from: Int, to: Int)? {
+    /// The migrations (first and last) that upgraded an existing log when `store` was opened; nil when
+    /// nothing was applied, or when the log was made by this open (all its migrations are its creation).
+    /// The first applied, not the schema before it: numbers may skip (PostgreSQL has no migration 9).
+    static func upgrade(by store: any JobStore) -> (first: Int, to: Int)? {
         let applied = store.appliedMigrations
         guard let first = applied.min(), first > 1, let last = applied.max() else { return nil }
-        return (first - 1, last)
+        return (first, last)
     }
 
-    /// What an upgrade means to the user: which jobctl can no longer open the log.
-    static func upgradeText(_ upgrade: (from: Int, to: Int)) -> String {
-        "the event log was upgraded from schema \(upgrade.from) to \(upgrade.to): a jobctl that knows only schema \(upgrade.from) "
-            + "(the schemas a jobctl knows are in its --version) can no longer open it — upgrade every jobctl that shares the log, and "
-            + "stop any older worker still running on it (what it writes now may disagree with the new schema until `jobctl replay`)"
+    /// What an upgrade means to the user: no jobctl that knows an older schema can open the log.
+    static func upgradeText(_ upgrade: (first: Int, to: Int)) -> String {
+        "the event log was upgraded to schema \(upgrade.to) (migrations \(upgrade.first)–\(upgrade.to) applied): a jobctl that knows "
+            + "an older schema (the schemas a jobctl knows are in its --version) can no longer open it — upgrade every jobctl that "
+            + "shares the log, and stop any older worker still running on it (what it writes now may disagree with the new schema "
+            + "until `jobctl replay`)"
     }
 
     /// What every command refuses in the database it was given before opening anything (a usage error):

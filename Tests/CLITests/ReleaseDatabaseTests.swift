@@ -79,11 +79,11 @@ import TestSupport
             let database = workspace.directory.file("log-\(index).db")
             try FileManager.default.copyItem(atPath: fixture, toPath: database)
             let output = try runProcess(PackagePaths.jobctlBinary, ["--db", database] + arguments, environment: ["NO_COLOR": "1"])
-            let said = "the event log was upgraded from schema 2 to \(EventStore.knownSchemaVersion)"
+            let said = "the event log was upgraded to schema \(EventStore.knownSchemaVersion) (migrations 3–\(EventStore.knownSchemaVersion) applied)"
             switch arguments[0] {
             case "worker":
                 let line = output.stderr.split(separator: "\n").first { $0.contains(" log_upgraded ") }
-                #expect(line.map { $0.contains("from_schema=2") && $0.contains("to_schema=\(EventStore.knownSchemaVersion)") } == true,
+                #expect(line.map { $0.contains("to_schema=\(EventStore.knownSchemaVersion)") && $0.contains("first_migration=3") } == true,
                         "\(output.stderr)")
             case "migrate":
                 #expect(output.status == 0 && output.stdout.contains("applied migrations 3, 4"), "\(output.stdout)\(output.stderr)")

@@ -758,6 +758,14 @@ import Glibc
         - {kind: upload-data, data: two, destination: "file://dst/x/y.txt"}
         """)
         #expect(try workspace.jobctl(["submit", fine], environment: environment).status == 0)
+        // Names compared byte for byte, as the file system does: the precomposed "é" of a file and the
+        // decomposed one of a folder are two entries, not a file where a folder must be.
+        let twins = try workspace.write("twins.yaml", """
+        - {kind: upload-data, data: one, destination: "file://dst/caf\u{E9}"}
+        - {kind: upload-data, data: two, destination: "file://dst/cafe\u{301}/b"}
+        """)
+        let accepted = try workspace.jobctl(["submit", twins], environment: environment)
+        #expect(accepted.status == 0, "\(accepted.stderr)")
     }
 
     /// One local file written under several spellings — a named bucket's object, the same object as a
@@ -946,5 +954,17 @@ import Glibc
             #expect(note.contains("two\\u{A}lines.yaml:") && note.contains("a\\u{A}m.yaml:9:9: error: FORGED' (a symbolic link)"), "\(note)")
         }
         #expect(!lines.contains { $0.hasPrefix("m.yaml:9:9") || $0.hasPrefix("lines.yaml") }, "\(output.stderr)")
+        // The line naming what a batch was expanded from, too (a folder named with a line break).
+        let odd = "s\nX"
+        try FileManager.default.createDirectory(atPath: workspace.directory.file(odd), withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: workspace.directory.file(odd + "/f.txt")))
+        let folder = try workspace.write("folder.yaml", "- {kind: upload-file, source: \"s\\nX/\", destination: \"file://lb/odd/\"}\n")
+        for arguments in [["submit", "--dry-run", folder], ["submit", folder]] {
+            let submitted = try workspace.jobctl(arguments, environment: environment)
+            #expect(submitted.status == 0, "\(submitted.stderr)")
+            let all = (submitted.stdout + submitted.stderr).split(separator: "\n")
+            #expect(all.contains { $0.hasPrefix("batch ") && $0.hasSuffix("s\\u{A}X/") }, "\(all)")
+            #expect(!all.contains { $0 == "X/" }, "\(all)")
+        }
     }
 }

@@ -335,4 +335,22 @@ struct ObjectChangedWhileReadTests {
             #expect(result.data == now)
         }
     }
+
+    /// A chmod while the object is read moves only its change time, which a write whose modification
+    /// time was put back moves too: the attempt fails as above, and says which time moved — it said the
+    /// file "was written to" though no byte had changed.
+    @Test func aChmodWhileReadIsNamedForWhatItIs() async throws {
+        let (directory, buckets, backend) = try localBuckets("jobctl-changed-while-read")
+        defer { directory.remove() }
+        let object = buckets + "/b/plain.bin"
+        try patternData(3 << 20, seed: 32).write(to: URL(fileURLWithPath: object))
+        let changed = Atomic<Bool>(false)
+        let recorder = EventRecorder { event in
+            guard case .progress(let done, _) = event, done >= 1 << 20, !changed.exchange(true, ordering: .relaxed) else { return }
+            _ = chmod(object, 0o600)
+        }
+        let spec = JobSpec(kind: .downloadFile, source: "file://b/plain.bin", destination: directory.file("out/plain.bin"))
+        let error = try failure(await run(backend, spec, recorder: recorder))
+        #expect(error.retryable && error.message.contains("its change time moved") && !error.message.contains("written to"), "\(error)")
+    }
 }
