@@ -251,7 +251,9 @@ import TestSupport
                                               + "destination: \"\(directory.file("ro.bin"))\", max_attempts: 1}\n",
                                           database: database, directory: directory).first)
         let store = try PostgresStore(url: database, mode: .readOnly)
-        let worker = try JobctlProcess.worker(database: database, ["--lease", "10", "--concurrency", "1"], logDirectory: directory.path)
+        // A lease of 30 s: the spell below lasts a second and the undo's two psql runs, which took 7 s under a
+        // fresh-clone CI's load — past a 10 s lease, whose renewals the spell refuses too.
+        let worker = try JobctlProcess.worker(database: database, ["--lease", "30", "--concurrency", "1"], logDirectory: directory.path)
         defer { worker.signal(SIGKILL) }
         try #require(try eventually(seconds: 20) { try store.events(jobID: job).contains { $0.type == .progress } }, "\(worker.log)")
 
