@@ -646,8 +646,6 @@ final class LocalTransfer {
 
     // MARK: - Downloads
 
-    /// The object, open for reading, with its metadata. A symbolic link at the object's name (or at any
-    /// folder inside its bucket) is refused, never followed.
     /// The CRC32C (base64) of the `size` bytes of the object file `file`, read from its start.
     private static func crc32c(of file: LocalFile, size: Int64, buffer: UnsafeMutableRawBufferPointer) throws(StorageError) -> String {
         var crc = CRC32C()
@@ -661,6 +659,8 @@ final class LocalTransfer {
         return crc.base64
     }
 
+    /// The object, open for reading, with its metadata. A symbolic link at the object's name (or at any
+    /// folder inside its bucket) is refused, never followed.
     private func openObject(field: String = "source") throws(StorageError) -> (LocalFile, StorageObject, LocalLocation) {
         let reference = try reference(field == "source" ? spec.source : spec.destination, field)
         let location = try backend.locate(reference, creating: false, within: spec.batch?.path)

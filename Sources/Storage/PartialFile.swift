@@ -663,8 +663,7 @@ public final class PartialFile {
     /// The bytes read go to `feeding` too, in order, so that a caller that hashes the kept bytes for
     /// the whole file's check does it in the same read (`.unchanged`); a prefix of gigabytes was read
     /// twice, once here and once for those hashes.
-    @discardableResult
-    public func restartUnlessPrefixUnchanged(feeding: (UnsafeRawBufferPointer) -> Void = { _ in }) throws(StorageError) -> PrefixCheck {
+    public func restartUnlessPrefixUnchanged(feeding: (UnsafeRawBufferPointer) -> Void) throws(StorageError) -> PrefixCheck {
         guard let recorded = recordedPrefixCRC32C else { return .unchecked }
         recordedPrefixCRC32C = nil
         var crc = CRC32C()
