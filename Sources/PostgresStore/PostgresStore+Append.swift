@@ -312,10 +312,10 @@ extension PostgresConnection: DependantsReader {
     }
 
     /// The job `name` names: the job with that idempotency key, else the job with that id or unique id
-    /// prefix; `notFound`, `ambiguous` or `invalidControl` (too short) when there is none.
+    /// prefix (the rule, with its exceptions, is `JobIDQuery.named`'s); `notFound`, `ambiguous`,
+    /// `keyAndIDPrefix` or `invalidControl` (too short) when there is none or it is not one job.
     func namedJobID(_ name: String) throws(StoreError) -> String {
-        if let id = try keyedJobID(name) { return id }
-        return try resolveID(name)
+        try JobIDQuery.named(name, keyed: keyedJobID(name)) { (text) throws(StoreError) in try resolveID(text) }
     }
 
     /// The job an `after:` name means (`namedJobID`); nil when there is none.

@@ -26,6 +26,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownEventType(jobID: String, type: String)
     /// The id prefix matches several jobs.
     case ambiguous(prefix: String, matches: [String])
+    /// `name` is the key of job `keyed` and also names another job by its id: a prefix of `byID`'s ids
+    /// (one, or several when the prefix is ambiguous on its own).
+    case keyAndIDPrefix(name: String, keyed: String, byID: [String])
     /// SQLite returned `code` (extended result code) with `message` while running `sql`.
     case sqlite(code: Int32, message: String, sql: String?)
     /// Another connection held the write lock past the busy timeout; `holder` says whose it was, when
@@ -115,6 +118,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .ambiguous(let prefix, let matches):
             return "'\(prefix)' matches \(matches.count) jobs (\(matches.prefix(5).joined(separator: ", "))"
                 + "\(matches.count > 5 ? ", …" : "")); give more characters of the id"
+        case .keyAndIDPrefix(let name, let keyed, let byID):
+            return "'\(TerminalText.printable(name))' names two jobs: \(keyed) by its key, and \(byID.count == 1 ? byID[0] : "\(byID.count) jobs") "
+                + "by \(byID.count == 1 ? "its id, which starts" : "their ids, which start") with it; give the whole id of the one you mean"
         case .sqlite(let code, let message, let sql):
             return "SQLite error \(code): \(message)" + (sql.map { " in `\(Self.abbreviate($0))`" } ?? "")
         case .busy(let sql, .writerLock(let writerLock)?):
