@@ -542,3 +542,120 @@ enum SecretMatch: Equatable {
         return .whole(end: position)
     }
 }
+
+// MARK: - Credentials in a server's prose
+
+extension SecretRedaction {
+    /// The authentication schemes whose next word is a credential (`Bearer ya29…`, `Basic dXNlcj…`).
+    static let credentialSchemes: Set<String> = ["bearer", "basic", "negotiate"]
+
+    /// Whether a name written before `:` or `=` in prose (`Authorization: …`, `password=…`, a JSON
+    /// `"access_token": "…"`) has a credential for its value. Narrower than `isSecretName`, which is for
+    /// a URL's parameters: a server's sentence may say `code: 403` or `key: photos/a.jpg`.
+    static func isCredentialWord(_ name: String) -> Bool {
+        let name = name.lowercased()
+        return name == "authorization" || name == "proxy-authorization" || name == "sig"
+            || secretNameParts.contains { name.contains($0) }
+    }
+
+    /// A server's text (an error's message, the body it answered with) with the credentials it quotes
+    /// replaced by `REDACTED`: the word after an authentication scheme (`Bearer`, `Basic`, `Negotiate`),
+    /// and the value after a credential's name and `:` or `=` (`Authorization: Bearer …`, `Cookie: sid=…`,
+    /// `password=…`, `"access_token": "…"`). The request's own secrets are scrubbed wherever they appear
+    /// (`scrub`); these are the ones a server sends back that jobctl never sent — a proxy or gateway
+    /// quoting another client's headers, a service echoing its own keys — stored in the log and shown
+    /// by every command like the rest of the message.
+    public static func redactCredentialWords(in text: String) -> String {
+        let bytes = Array(text.utf8)
+        guard bytes.contains(where: { $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "=") || $0 == UInt8(ascii: " ") }) else { return text }
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count)
+        var index = 0
+        var changed = false
+        /// The end of the value starting at `start`: up to a space, a quote, a bracket, `,` `;` `&`.
+        func valueEnd(_ start: Int) -> Int {
+            var end = start
+            while end < bytes.count, !Self.endsCredential(bytes[end]) { end += 1 }
+            return end
+        }
+        /// The index after `start`'s spaces.
+        func skippingSpaces(_ start: Int) -> Int {
+            var at = start
+            while at < bytes.count, bytes[at] == UInt8(ascii: " ") || bytes[at] == UInt8(ascii: "\t") { at += 1 }
+            return at
+        }
+        while index < bytes.count {
+            guard Self.isNameByte(bytes[index]), index == 0 || !Self.isNameByte(bytes[index - 1]) else {
+                output.append(bytes[index])
+                index += 1
+                continue
+            }
+            var end = index
+            while end < bytes.count, Self.isNameByte(bytes[end]) { end += 1 }
+            let word = String(decoding: bytes[index..<end], as: UTF8.self)
+            output += bytes[index..<end]
+            var at = end
+            if Self.credentialSchemes.contains(word.lowercased()) {
+                // `Bearer TOKEN`: the scheme's word is kept, its credential goes.
+                let start = skippingSpaces(at)
+                let stop = valueEnd(start)
+                if start > at, stop > start {
+                    output += bytes[at..<start]
+                    output += marker.utf8
+                    changed = true
+                    index = stop
+                    continue
+                }
+                index = at
+                continue
+            }
+            guard Self.isCredentialWord(word) else {
+                index = at
+                continue
+            }
+            // A JSON key's closing quote, then `:` or `=`, spaces, a value's opening quote.
+            if at < bytes.count, bytes[at] == UInt8(ascii: "\"") { at += 1 }
+            guard at < bytes.count, bytes[at] == UInt8(ascii: ":") || bytes[at] == UInt8(ascii: "=") else {
+                index = end
+                continue
+            }
+            var start = skippingSpaces(at + 1)
+            if start < bytes.count, bytes[start] == UInt8(ascii: "\"") { start += 1 }
+            // `Authorization: Bearer TOKEN` keeps its scheme's word; the scheme's case above takes the rest.
+            let stop = valueEnd(start)
+            if stop > start, credentialSchemes.contains(String(decoding: bytes[start..<stop], as: UTF8.self).lowercased()) {
+                output += bytes[end..<start]
+                index = start
+                continue
+            }
+            guard stop > start else {
+                index = end
+                continue
+            }
+            output += bytes[end..<start]
+            output += marker.utf8
+            changed = true
+            index = stop
+        }
+        return changed ? String(decoding: output, as: UTF8.self) : text
+    }
+
+    /// Letters, digits and `_ - .`: a name's bytes (a header's, a parameter's, a JSON key's).
+    private static func isNameByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "."): true
+        default: false
+        }
+    }
+
+    /// What ends a credential's value in prose.
+    private static func endsCredential(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\""), UInt8(ascii: "'"),
+             UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "&"), UInt8(ascii: "<"), UInt8(ascii: ">"), UInt8(ascii: ")"),
+             UInt8(ascii: "]"), UInt8(ascii: "}"): true
+        default: false
+        }
+    }
+}

@@ -8,15 +8,16 @@ import Glibc
 
 /// The server's own message from a JSON error body (`{"error": {"message": …}}`) or a short text body,
 /// without the secrets the request carried (a server may quote its `Authorization` header, or the signed
-/// target it was asked for) and with every URL in it redacted: as an error's message and cause it is
-/// stored in the log and shown.
+/// target it was asked for), with every URL in it redacted, and with the credentials it quotes that the
+/// request never carried (`redactCredentialWords`): as an error's message and cause it is stored in the
+/// log and shown.
 ///
 /// A text body is cut to `shownTextLength` characters only after that: cut first, a secret running
 /// across the cut was printed up to it, as only whole secrets are matched.
 func serverMessage(_ response: HTTPResponse) -> String? {
     guard let raw = rawServerMessage(response) else { return nil }
-    let scrubbed = SecretRedaction.redactURLs(in: SecretRedaction.scrub(raw.text, secrets: response.requestSecrets,
-                                                                        cutShort: raw.cutShort))
+    let scrubbed = SecretRedaction.redactCredentialWords(in: SecretRedaction.redactURLs(in: SecretRedaction.scrub(
+        raw.text, secrets: response.requestSecrets, cutShort: raw.cutShort)))
     guard raw.isText, scrubbed.unicodeScalars.count > shownTextLength else { return scrubbed }
     return String(String.UnicodeScalarView(scrubbed.unicodeScalars.prefix(shownTextLength)))
 }
@@ -150,14 +151,29 @@ func retryAfterSeconds(_ value: String, now: Date = Date()) -> Double? {
        parts.count == 1 || !parts[1].isEmpty {
         return whole.utf8.count > 9 ? 999_999_999 : Double(text)
     }
+    return httpDate(text).map { max(0, $0.timeIntervalSince(now)) }
+}
+
+/// An HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, or the obsolete RFC 850 and asctime forms), or nil.
+func httpDate(_ value: String) -> Date? {
+    let text = value.trimmingCharacters(in: .whitespaces)
     let formatter = DateFormatter()
     formatter.locale = Locale(identifier: "en_US_POSIX")
     formatter.timeZone = TimeZone(identifier: "GMT")
     for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
         formatter.dateFormat = format
-        if let date = formatter.date(from: text) { return max(0, date.timeIntervalSince(now)) }
+        if let date = formatter.date(from: text) { return date }
     }
     return nil
+}
+
+/// A `Last-Modified` header as an object's `updated` time: RFC 3339 in UTC, as every other time jobctl
+/// shows or stores (get-metadata over HTTP kept the header's `Mon, 01 Jan 2024 00:00:00 GMT`, which a
+/// program reading `updated` from `result` or `show --json` could not compare with a `gs://` object's).
+/// A value that is no HTTP-date is not a time: nil.
+func updatedTime(lastModified value: String?) -> String? {
+    guard let value, let date = httpDate(value) else { return nil }
+    return RFC3339.string(Int64((date.timeIntervalSince1970 * 1000).rounded()))
 }
 
 // MARK: - Overwrite rules

@@ -151,7 +151,7 @@ public struct HTTPBackend: StorageBackend {
                                    contentDisposition: headers["content-disposition"],
                                    contentEncoding: transcoded ? headers["x-goog-stored-content-encoding"] : headers["content-encoding"],
                                    contentLanguage: headers["content-language"], md5Hash: reported.md5, crc32c: reported.crc32c,
-                                   generation: headers["etag"], updated: headers["last-modified"])
+                                   generation: headers["etag"], updated: updatedTime(lastModified: headers["last-modified"]))
         return .finished(JobResult(object: object))
     }
 
@@ -184,7 +184,8 @@ public struct HTTPBackend: StorageBackend {
             }
         }
         let object = StorageObject(bucket: reference.bucket, name: reference.fullPath, size: size, crc32c: crc32c,
-                                   generation: response.headers["etag"], updated: response.headers["last-modified"])
+                                   generation: response.headers["etag"],
+                                   updated: updatedTime(lastModified: response.headers["last-modified"]))
         return .value(try await rule.skipsDownloadOffPool(of: object, crc32c: crc32c, to: destination))
     }
 
@@ -943,6 +944,9 @@ public struct HTTPBackend: StorageBackend {
         sink.needsMD5 = { status, headers in servedDigests(headers, status: status).needMD5(asked: md5) }
         sink.checkAnswer = { status, headers throws(StorageError) in
             if let refusal = Self.noFileAnswer(status: status, headers: headers, rangeAsked: false, url: url) { throw refusal }
+            // The size the answer names, for the progress events (a download to memory reported none: no
+            // percentage, no ETA in `watch`, `list`, `show`).
+            progress.total = Self.totalSize(headers, offset: 0)
         }
         let response: HTTPResponse
         do throws(TransferFailure) {

@@ -125,7 +125,7 @@ extension Commands {
         let lock: ArchiveFolderLock?
         do throws(RetentionError) {
             lock = try ArchiveFolderLock.acquire(for: target) {
-                emitError("note: waiting for another jobctl archive writing into the folder of \(Display.escapingControls(target))")
+                emitError("note: waiting for another jobctl archive writing into the folder of \(Display.localPath(target))")
             }
         } catch {
             throw CommandFailure("\(error)")
@@ -176,7 +176,7 @@ extension Commands {
         } catch {
             guard case StoreError.commitUnconfirmed(let loss) = error else { throw error }
             keep = true
-            throw CommandFailure(LostCommit.archive(loss: loss, file: Display.escapingControls(target)))
+            throw CommandFailure(LostCommit.archive(loss: loss, file: Display.localPath(target)))
         }
         keep = true
         guard case .archived(let stored) = event.payload else {
@@ -184,7 +184,7 @@ extension Commands {
         }
         if !json {
             emit("archived \(plural(stored.jobs, "job")) that finished before \(RFC3339.string(stored.beforeMs)) to "
-                 + "\(Display.escapingControls(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
+                 + "\(Display.localPath(target)): \(plural(stored.events, "event")) (seq \(stored.firstSeq)–\(stored.lastSeq)), "
                  + "\(plural(stored.blobs, "blob")) (\(stored.blobsRemoved) removed from the log); sha256 \(stored.sha256)")
             if selection.keptForDependants > 0 {
                 emitError("note: \(plural(selection.keptForDependants, "job")) more that finished then \(Self.keptReason(selection))")
@@ -243,7 +243,7 @@ extension Commands {
             return
         }
         for orphan in Orphans.find(candidates, backend: backend, readAtMs: readAtMs) {
-            let path = Display.escapingControls(orphan.file.path)
+            let path = Display.localPath(orphan.file.path)
             if backend.remove(orphan.file) {
                 emitError("removed \(path), left by archived job \(orphan.file.jobID)")
             } else {
@@ -293,7 +293,7 @@ extension Commands {
         var info = stat()
         guard lstat(target, &info) == 0, UInt64(info.st_dev) == written.device, UInt64(info.st_ino) == written.inode else { return }
         if unlink(target) == 0 {
-            emitError("note: the file written, \(Display.escapingControls(target)), was removed: the log does not record it")
+            emitError("note: the file written, \(Display.localPath(target)), was removed: the log does not record it")
         }
     }
 
@@ -302,7 +302,7 @@ extension Commands {
     private static func refuseLink(_ target: String) throws {
         var info = stat()
         guard lstat(target, &info) == 0, (info.st_mode & S_IFMT) == S_IFLNK else { return }
-        throw CommandFailure("'\(Display.escapingControls(target))' is a symbolic link; nothing was archived: give --to the path of "
+        throw CommandFailure("'\(Display.localPath(target))' is a symbolic link; nothing was archived: give --to the path of "
             + "the file itself (the archive is written beside its name and renamed over it, which would replace the link)")
     }
 
@@ -345,7 +345,7 @@ extension Commands {
     private static func verifyArchive(_ path: String, json: Bool) throws -> Int32 {
         let check: ArchiveCheck
         do throws(RetentionError) { check = try ArchiveReader.read(path) } catch {
-            throw CommandFailure("\(Display.escapingControls(path)): \(error)")
+            throw CommandFailure("\(Display.localPath(path)): \(error)")
         }
         // Every event read as `audit --from` reads it, folded into its job: a file whose lines were whole
         // but whose event data did not decode was called intact, and then refused by `audit --from`.
@@ -362,7 +362,7 @@ extension Commands {
                                    jobs: check.jobs, events: check.events,
                                    blobs: check.blobs, first_seq: check.header.firstSeq, last_seq: check.header.lastSeq)))
         } else {
-            emit("\(Display.escapingControls(path)): intact — \(plural(check.jobs, "job")) that finished before "
+            emit("\(Display.localPath(path)): intact — \(plural(check.jobs, "job")) that finished before "
                  + "\(RFC3339.string(check.header.beforeMs)), \(plural(check.events, "event")) (seq \(check.header.firstSeq)–"
                  + "\(check.header.lastSeq)), \(plural(check.blobs, "blob")); format version \(check.header.version); sha256 \(check.fileSHA256)")
         }
@@ -382,7 +382,7 @@ extension Commands {
                 do throws(StoreError) { try fold.fold(decoded) } catch { failure = (row, error) }
             })
         } catch {
-            throw CommandFailure("\(Display.escapingControls(path)): \(error)")
+            throw CommandFailure("\(Display.localPath(path)): \(error)")
         }
         if let (row, error) = failure {
             // Not the decoder's own words (a Swift `DecodingError` dump): which event, and what that means.
@@ -391,11 +391,11 @@ extension Commands {
             case .corrupt: "its data is not an event's as jobctl writes it"
             default: "\(error)"
             }
-            throw CommandFailure("\(Display.escapingControls(path)): event \(row.seq) (job \(row.jobID), version \(row.version)) "
+            throw CommandFailure("\(Display.localPath(path)): event \(row.seq) (job \(row.jobID), version \(row.version)) "
                 + "cannot be read: \(why); the file was changed after jobctl wrote it, or by another program")
         }
         if let problem = fold.problems.first {
-            throw CommandFailure("\(Display.escapingControls(path)): \(problem)")
+            throw CommandFailure("\(Display.localPath(path)): \(problem)")
         }
         return fold.recordsInLogOrder
     }

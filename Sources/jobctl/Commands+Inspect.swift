@@ -145,7 +145,10 @@ extension Commands {
             if let exclude = batch.exclude { origin += "; exclude \(exclude.joined(separator: ", "))" }
             lines.append(("expanded from", origin))
         }
-        if job.state == .succeeded, job.result?.skipped == true {
+        if job.spec.kind.movesNoBytes {
+            // A metadata operation, a delete or a download URL moves no object's bytes: `bytes: 0 B (100%)`
+            // read as an empty object, beside an `object:` line saying `size unknown`.
+        } else if job.state == .succeeded, job.result?.skipped == true {
             // Nothing of this job's was written: the bytes recorded are the destination's or a transfer's
             // that was dropped, and "9 B of 976.6 KiB (100%)" read as a short transfer that succeeded.
             lines.append(("bytes", "none written (skipped)" + (job.bytesTotal.map { "; the source has \(ByteSize.format($0))" } ?? "")))

@@ -45,7 +45,7 @@ extension ParsedArguments {
 /// (the command's own SQLite log: `result -o jobctl.db` replaced the event log with a job's bytes).
 func write(_ data: Data, toFile path: String, secret: Bool = false, protected: [String] = []) throws {
     func failure(_ code: Int32, _ doing: String = "write") -> CommandFailure {
-        CommandFailure("cannot \(doing) '\(Display.escapingControls(path))': \(String(cString: strerror(code))); "
+        CommandFailure("cannot \(doing) '\(Display.localPath(path))': \(String(cString: strerror(code))); "
             + "check the directory exists and is writable")
     }
     func writeAll(_ descriptor: Int32) throws {
@@ -64,18 +64,18 @@ func write(_ data: Data, toFile path: String, secret: Bool = false, protected: [
     for file in protected {
         var info = stat()
         if exists, stat(file, &info) == 0, info.st_dev == found.st_dev, info.st_ino == found.st_ino {
-            throw CommandFailure("'\(Display.escapingControls(path))' is this command's event log ('\(Display.escapingControls(file))'): "
+            throw CommandFailure("'\(Display.localPath(path))' is this command's event log ('\(Display.localPath(file))'): "
                                  + "-o never writes over it; choose another file")
         }
     }
     if exists && found.st_mode & S_IFMT == S_IFDIR {
-        throw CommandFailure("'\(Display.escapingControls(path))' is a folder: give -o the path of a file")
+        throw CommandFailure("'\(Display.localPath(path))' is a folder: give -o the path of a file")
     }
     if exists && found.st_mode & S_IFMT != S_IFREG {
         let descriptor = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         guard descriptor >= 0 else {
             if errno == ENXIO {
-                throw CommandFailure("'\(Display.escapingControls(path))' is a FIFO that nothing reads: start its reader first")
+                throw CommandFailure("'\(Display.localPath(path))' is a FIFO that nothing reads: start its reader first")
             }
             throw failure(errno, "open")
         }

@@ -63,7 +63,16 @@ struct Display: Sendable {
            let reference = try? StorageReference(parsing: text) {
             return "\(reference.scheme.rawValue)://\(reference.bucket)/\(Self.escapingControls(reference.fullPath, percent: true))"
         }
+        if text.hasPrefix("/") { return Self.localPath(text) }
         return Self.escapingControls(url(text))
+    }
+
+    /// A local path for people: its control characters as `\u{1B}`, as every other outside text is
+    /// shown. As `%1B` (a URL's escape, which a local path is not read with), the files named `a%1B` and
+    /// `a<ESC>` printed alike, and a path pasted back into a manifest named another file — `%` is common
+    /// in file names saved from URLs (`report%20final.pdf`).
+    static func localPath(_ path: String) -> String {
+        TerminalText.printable(path)
     }
 
     /// Control characters (C0, DEL, C1) as `%XX`, so a decoded name cannot move the cursor or recolour
@@ -274,7 +283,7 @@ enum Describe {
         }
         if let archive = data.archive {
             parts.append("\(plural(archive.jobs, "job")) finished before \(RFC3339.string(archive.beforeMs)) moved to "
-                         + "\(Display.escapingControls(archive.file)) (\(plural(archive.events, "event")), seq \(archive.firstSeq)–\(archive.lastSeq), "
+                         + "\(Display.localPath(archive.file)) (\(plural(archive.events, "event")), seq \(archive.firstSeq)–\(archive.lastSeq), "
                          + "\(plural(archive.blobs, "blob")), sha256 \(archive.sha256))")
         }
         return parts.joined(separator: "; ")

@@ -281,19 +281,39 @@ final class Watcher {
     private func show(_ event: JobEvent, bar: inout ProgressBar, above: inout ProgressBar?) throws {
         // The bar sees every event (so a pause or a new attempt restarts its rate even when filtered out).
         let progressLine = bar.observe(event, width: context.width)
-        guard let status = ObserverStatus(event.type) else { return }
-        if let statuses, !statuses.contains(status) { return }
+        let label: String
+        if let status = ObserverStatus(event.type) {
+            if let statuses, !statuses.contains(status) { return }
+            if status == .progress {
+                if json {
+                    emit(try jsonLine(EventView(event, display: display)))
+                } else if let progressLine {
+                    bar.draw(progressLine)
+                }
+                return
+            }
+            label = status.rawValue
+        } else if Self.endsAnAttempt(event.type), statuses == nil {
+            // An attempt that failed with a retry to come, or whose worker died: no observer status (the
+            // task machine's statuses are one attempt's), but a job that went `resume`, `resume`, `resume`,
+            // `success` never said why, and one waiting out an hour's Retry-After showed nothing at all.
+            label = "retry"
+        } else {
+            return
+        }
         if json {
             emit(try jsonLine(EventView(event, display: display)))
             return
         }
-        if status == .progress {
-            if let progressLine { bar.draw(progressLine) }
-        } else {
-            bar.interrupt()
-            above?.clear()
-            emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(status.rawValue)  \(TerminalText.printable(Describe.event(event, display: display)))")
-        }
+        bar.interrupt()
+        above?.clear()
+        emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(label)  \(TerminalText.printable(Describe.event(event, display: display)))")
+    }
+
+    /// Events that end an attempt without ending the job: `watch` shows them as `retry` lines (unless
+    /// `--on` chose statuses).
+    static func endsAnAttempt(_ type: EventType) -> Bool {
+        type == .attemptFailed || type == .leaseExpired
     }
 
     /// A line fitted to the terminal: wrapped at spaces, continuation lines indented.

@@ -109,6 +109,25 @@ import TestSupport
             .stdout.contains("1 job valid"))
     }
 
+    /// A local path's control characters read `\u{1B}`, as every outside text's do: they read `%1B`, so the
+    /// files `pct%1B.txt` and `pct<ESC>.txt` printed alike in list, show and the -o refusals, and the
+    /// path pasted back named the other file.
+    @Test func localPathsKeepTheirPercentSigns() throws {
+        let workspace = try CLIWorkspace("local-percent")
+        defer { workspace.directory.remove() }
+        let plain = try workspace.write("pct%1B.txt", "a")
+        let escaped = try workspace.write("pct\u{1B}.txt", "b")
+        let ids = try workspace.submit("""
+        - {kind: upload-file, source: "\(plain)", destination: "gs://bkt/a"}
+        - {kind: upload-file, source: "\(escaped.replacingOccurrences(of: "\u{1B}", with: "\\e"))", destination: "gs://bkt/b"}
+        """)
+        let list = try workspace.jobctl(["list"])
+        #expect(list.stdout.contains("pct%1B.txt → gs://bkt/a") && list.stdout.contains("pct\\u{1B}.txt → gs://bkt/b"), "\(list.stdout)")
+        #expect(!list.stdout.contains("\u{1B}"))
+        let shown = try workspace.jobctl(["show", ids[1]])
+        #expect(shown.stdout.contains("source:      \(workspace.directory.path)/pct\\u{1B}.txt"), "\(shown.stdout)")
+    }
+
     /// What a job will do is all shown: `timeout:`, `checksums:`, `if_exists:` and `max_rate:` were stored
     /// and obeyed but missing from `show` and from every spec in JSON (a dry run's included).
     @Test func everyFieldOfTheSpecIsShown() throws {
@@ -134,6 +153,23 @@ import TestSupport
             #expect(text.contains(line), "\(line) in \(text)")
         }
         #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("if generation: 42"))
+    }
+
+    /// A metadata operation moves no object's bytes: `show` said `bytes: 0 B (100%)` for a get-metadata
+    /// of an object whose size the server did not give (beside its `object:` line's `size unknown`), and
+    /// `bytes: 5 B (100%)` for one of a 5-byte object, as if it had been downloaded.
+    @Test func aMetadataOperationShowsNoBytesMoved() throws {
+        let workspace = try CLIWorkspace("metadata-bytes")
+        defer { workspace.directory.remove() }
+        let environment = ["JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        #expect(try workspace.jobctl(["submit", try workspace.write("one.yaml", "- {kind: upload-data, data: hello, destination: file://b/x.txt}\n")],
+                                     environment: environment).status == 0)
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+        let ids = try workspace.submit("- {kind: get-metadata, source: file://b/x.txt}\n")
+        #expect(try workspace.jobctl(["worker", "--drain"], environment: environment).status == 0)
+        let shown = try workspace.jobctl(["show", ids[0]])
+        #expect(shown.status == 0 && shown.stdout.contains("state:      succeeded") && shown.stdout.contains("object:     b/x.txt (5 bytes"), "\(shown.stdout)")
+        #expect(!shown.stdout.contains("bytes:"), "\(shown.stdout)")
     }
 
     /// An upload that `if_exists: skip` found in place succeeded with `skipped` in its logged result, which

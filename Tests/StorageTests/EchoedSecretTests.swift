@@ -51,6 +51,25 @@ import TestSupport
         #expect(!Self.shown(error).contains("s3cr3") && !Self.shown(error).contains("s%33cr3"), "\(Self.shown(error))")
     }
 
+    /// Credentials a server quotes that the request never carried (a gateway repeating another client's
+    /// headers, a service its own keys) were stored in the job's error and shown by every command: only
+    /// the request's own secrets and URLs' were scrubbed. Each is replaced, the words around it kept.
+    @Test("an error body quoting credentials the request never carried shows none of them",
+          arguments: [
+              #"location /x { return 502 "gateway: Authorization: Bearer OTHERs3cret0 Cookie: sid=CKs3cret01; password=PWs3cret02 and {\"access_token\": \"ATs3cret03\"} (x-api-key=AKs3cret04), token expired"; }"#,
+              #"location /x { default_type application/json; return 502 '{"error": {"message": "gateway: Authorization: Bearer OTHERs3cret0 Cookie: sid=CKs3cret01; password=PWs3cret02 and {\"access_token\": \"ATs3cret03\"} (x-api-key=AKs3cret04), token expired"}}'; }"#,
+          ])
+    func credentialsTheRequestNeverCarried(_ location: String) async throws {
+        let server = try NginxServer.start(extraServerConfig: location)
+        defer { server.stop() }
+        let backend = HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5))
+        let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/x")))
+        let shown = Self.shown(error)
+        #expect(!shown.contains("s3cret"), "\(shown)")
+        #expect(shown.contains("gateway: Authorization: Bearer REDACTED Cookie: REDACTED; password=REDACTED and")
+                && shown.contains("access_token\": \"REDACTED") && shown.contains("x-api-key=REDACTED), token expired"), "\(shown)")
+    }
+
     /// The query echoed into every header get-metadata records: each value is stored without it.
     @Test("get-metadata's result keeps no secret a server echoed into its headers")
     func queryEchoedIntoHeaders() async throws {
