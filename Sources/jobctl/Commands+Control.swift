@@ -241,7 +241,10 @@ extension Commands {
                 // The URL's token is the result itself: printed as it is.
                 bytes = Data(((result.url ?? "") + "\n").utf8)
             case .downloadFile:
-                bytes = Data(((result.path ?? job.spec.destination ?? "") + "\n").utf8)
+                // The path as it is, for a program; for a person at a terminal with its control characters
+                // shown escaped, as every command shows a path (it was refused as binary output).
+                let path = result.path ?? job.spec.destination ?? ""
+                bytes = Data(((output == nil && context.stdoutIsTerminal ? Display.localPath(path) : path) + "\n").utf8)
             case .delete:
                 bytes = Data(("deleted " + display.location(result.deleted ?? job.spec.destination ?? "") + "\n").utf8)
             case .uploadFile, .uploadData, .getMetadata, .updateMetadata:

@@ -133,6 +133,29 @@ import TestSupport
         #expect(listed.first?["key"] as? String == "k\(Self.hostile)", "\(listed)")
     }
 
+    /// `result` of a download-file whose path holds an escape refused on a terminal ("binary output can
+    /// mess up your terminal"): a path is shown escaped there, as every command shows one, and given to a
+    /// program as it is.
+    @Test func aDownloadsPathIsShownEscapedOnATerminal() throws {
+        let workspace = try CLIWorkspace("terminal-safety-result-path")
+        defer { workspace.directory.remove() }
+        let store = try EventStore(path: workspace.database)
+        let now = Clock.nowMs()
+        let worker = "worker:test:1"
+        let path = workspace.directory.file("out/a\u{1B}[2Jb.bin")
+        let ids = try store.submit([JobSpec(kind: .downloadFile, source: "gs://bucket/obj", destination: path)],
+                                   actor: "cli:test", now: now).map(\.id)
+        let claim = try #require(try store.claim(owner: worker, queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+        try store.append(PendingEvent(jobID: ids[0], type: .started, actor: worker, leaseToken: claim.token, data: EventData(attempt: 1)), now: now)
+        try store.append(PendingEvent(jobID: ids[0], type: .succeeded, actor: worker, leaseToken: claim.token,
+                                      data: EventData(result: JobResult(path: path))), now: now + 1)
+        let shown = try workspace.jobctlOnTerminal(["result", ids[0]])
+        #expect(shown.status == 0 && shown.stdout.contains("out/a\\u{1B}[2Jb.bin") && Self.controls(in: shown.stdout).allSatisfy { $0 == "U+D" },
+                "\(shown.stdout)")
+        let piped = try workspace.jobctl(["result", ids[0]])
+        #expect(piped.status == 0 && piped.stdout == path + "\n", "\(piped.stdout)")
+    }
+
     /// Through a real worker: a server (the fault proxy in front of nginx) refuses with the hostile text
     /// in its reason phrase and body; neither the worker's log nor `show` sends it raw.
     @Test func aServersReplyReachesNoTerminalRaw() throws {
