@@ -170,6 +170,18 @@ public final class WorkerPool: Sendable {
         /// Set when a claim failed without an answer: it may have committed, leaving jobs leased to this
         /// worker that it does not know of. The next turn adopts them (see `adoptUnansweredClaims`).
         var unansweredClaims: UnansweredClaims?
+        /// Since when the store has been failing with no job's outcome written, the loop's calls and the
+        /// runs' writes alike (see `drainGivesUp`).
+        var failures = StoreFailureStreak()
+        /// A run's write failed since the loop last looked (see `noteRunWriteFailed`): the error, and how
+        /// long the streak had lasted then.
+        var runWriteFailure: (error: StoreError, failingForMs: Int64)?
+        /// The drain gave up on its store (`giveUpDrain`): the runs writing their outcome stop retrying.
+        var drainGaveUp = false
+
+        /// The jobs whose transfer has not returned: those started and under way, and those claimed ahead
+        /// and not started yet. A drain never gives up while one is left (see `drainGivesUp`).
+        var transferring: Int { running.values.count { !$0.transferReturned } }
 
         /// The jobs that count against the slots and the claim-ahead buffer: every job held but those
         /// whose outcome is being written, of which up to `concurrency` are not counted (so a slow
@@ -368,14 +380,6 @@ public final class WorkerPool: Sendable {
         var nextDue: Int64? = nil
         var shutdownStarted: Int64? = nil
         var consecutiveErrors = 0
-        // Since when the store has been failing with no job's outcome written (nil: one was written since
-        // the last failure); see `drainGivesUp`. Outcomes, not any write: claims and rescues can go
-        // through on a nearly full disk while every outcome is refused, and the drain went round for ever.
-        var writesFailingSince: Int64?
-        var outcomesSeen = 0
-        // When the store last failed: errors further apart than `streakGapMs` are not one streak (a drain
-        // waiting for another worker's long run may meet a lock held too long now and then).
-        var lastStoreError: Int64?
         // While a drain waits for other workers' runs (nothing of its own running, nothing to claim): the
         // next wait, and when the queue was last asked about (see `drainWait`).
         var drainWaitMs: Int64?
@@ -411,12 +415,6 @@ public final class WorkerPool: Sendable {
                         state.active, state.waiting.count, freed, oldest, stale, state.summary)
             }
             turned(activeCount, summarySoFar)
-            let outcomes = summarySoFar.succeeded + summarySoFar.failed + summarySoFar.retried + summarySoFar.paused
-                + summarySoFar.cancelled + summarySoFar.released
-            if outcomes != outcomesSeen {
-                outcomesSeen = outcomes
-                writesFailingSince = nil
-            }
             // Jobs claimed ahead that waited too long for a slot go back to the queue for other workers.
             for jobID in heldTooLong where !shuttingDown { stop(jobID, .shutdown) }
             if let holdMs = config.startedHoldMs, let oldestRun, now - oldestRun >= holdMs { askForHeldEvents(now: now, holdMs: holdMs) }
@@ -428,6 +426,14 @@ public final class WorkerPool: Sendable {
                 if let started = shutdownStarted, now - started > config.shutdownGraceMs { break }
                 await rest(milliseconds: config.pollIntervalMs)
                 continue
+            }
+            // A run's outcome the store keeps refusing while the loop's own calls go through: the drain gives
+            // up as on the loop's failures (judged when a failure comes, so a spell that is over never ends it).
+            if config.drain, let (error, failingForMs, failures, transferring) = state.withLock({ state -> (StoreError, Int64, Int, Int)? in
+                defer { state.runWriteFailure = nil }
+                return state.runWriteFailure.map { ($0.error, $0.failingForMs, state.failures.count, state.transferring) }
+            }), Self.drainGivesUp(config, transferring: transferring, failingForMs: failingForMs) {
+                try await giveUpDrain(error, consecutive: failures, failingForMs: failingForMs)
             }
 
             // A store error (a lock held past the busy timeout, a full disk) must not kill the pool and
@@ -543,24 +549,17 @@ public final class WorkerPool: Sendable {
                     log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: Clock.nowMs())
                     throw error
                 }
-                // A drain with nothing running whose store has failed for a lease's length with no outcome
-                // written (a full disk, a database gone read-only) stops and says so, rather than retrying
-                // for ever: a drain is a command that ends. A worker without --drain keeps trying (a
-                // service outlives a full disk once space is freed).
-                // The gap is from the end of the last failed call to the start of this one: a call that
-                // fails only after waiting (a silent server's connect timeout, 10 s) put its own wait in
-                // the gap, every failure then looked like a streak of its own, and a drain whose server
-                // had gone silent went round for ever.
+                // A drain with no transfer under way whose store has failed for a lease's length with no
+                // outcome written (a full disk, a database gone read-only) stops and says so, rather than
+                // retrying for ever: a drain is a command that ends. A worker without --drain keeps trying
+                // (a service outlives a full disk once space is freed).
                 let ended = Clock.nowMs()
-                if let last = lastStoreError, now - last > Self.streakGapMs(config) { writesFailingSince = nil }
-                lastStoreError = ended
-                let failingSince = writesFailingSince ?? now
-                writesFailingSince = failingSince
-                // Jobs running now, not at the turn's start: the turn's own claim may have started some.
-                let runningNow = state.withLock { $0.running.count }
-                if Self.drainGivesUp(config, running: runningNow, failingForMs: ended - failingSince) {
-                    log.storeError(error, consecutive: consecutiveErrors, stopping: true, now: ended)
-                    throw WorkerStopped.storeRefusesWrites(WorkerLog.describe(error), cause: error as? StoreError, forMs: ended - failingSince)
+                // Jobs transferring now, not at the turn's start: the turn's own claim may have started some.
+                let (failingForMs, transferring) = state.withLock { state in
+                    (state.failures.failed(from: now, to: ended, gapMs: Self.streakGapMs(config)), state.transferring)
+                }
+                if Self.drainGivesUp(config, transferring: transferring, failingForMs: failingForMs) {
+                    try await giveUpDrain(error, consecutive: consecutiveErrors, failingForMs: failingForMs)
                 }
                 log.storeError(error, consecutive: consecutiveErrors, now: Clock.nowMs())
                 await rest(milliseconds: Self.errorRestMs(consecutiveErrors: consecutiveErrors, config))
@@ -711,12 +710,41 @@ public final class WorkerPool: Sendable {
     /// error (5 s), and than a lease.
     static func streakGapMs(_ config: WorkerConfiguration) -> Int64 { max(config.leaseMs, 10_000) }
 
-    /// Whether a drain stops on a store that refuses writes: only with nothing of its own running (a
-    /// run's outcome is retried while its lease holds, then abandoned), once the store has failed with
-    /// no outcome written for the lease's length — how long the pool's own jobs would wait for a rescue
-    /// anyway.
-    static func drainGivesUp(_ config: WorkerConfiguration, running: Int, failingForMs: Int64) -> Bool {
-        config.drain && running == 0 && failingForMs >= config.leaseMs
+    /// Whether a drain stops on a store that refuses writes: once the store has failed with no outcome
+    /// written for the lease's length — how long the pool's own jobs would wait for a rescue anyway — and
+    /// with no transfer of its own under way (one still running may yet write its outcome, and must not
+    /// be cut short). Runs whose transfer has ended and whose outcome is refused do not hold it: their
+    /// leases can be renewed for ever (a heartbeat is a small write; an outcome carrying a download's
+    /// result may never fit), and a drain waiting for them never ended (see `giveUpDrain`).
+    static func drainGivesUp(_ config: WorkerConfiguration, transferring: Int, failingForMs: Int64) -> Bool {
+        config.drain && transferring == 0 && failingForMs >= config.leaseMs
+    }
+
+    /// Ends a drain whose store keeps refusing its writes (`drainGivesUp`) with `WorkerStopped`, saying
+    /// so. The runs still writing their outcome are told no lease holds for their writes any more (see
+    /// `leaseExpiry`): each stops retrying, is logged `abandoned` (its outcome was never written, and is
+    /// never said to be) and its job stays `running` in the log until its lease expires, for the rescue of
+    /// a later worker. They are waited for up to the shutdown grace, so their lines come before the exit.
+    private func giveUpDrain(_ error: any Error, consecutive: Int, failingForMs: Int64) async throws -> Never {
+        state.withLock { $0.drainGaveUp = true }
+        log.storeError(error, consecutive: consecutive, stopping: true, now: Clock.nowMs())
+        let started = Clock.monotonicMs()
+        while state.withLock({ !$0.running.isEmpty }), Clock.monotonicMs() - started < configuration.shutdownGraceMs {
+            await rest(milliseconds: configuration.pollIntervalMs)
+        }
+        if state.withLock({ $0.running.isEmpty }) { await jobTasks.untilNone() }
+        throw WorkerStopped.storeRefusesWrites(WorkerLog.describe(error), cause: error as? StoreError, forMs: failingForMs)
+    }
+
+    /// A run's write failed with `error` (the store could not write; see `LeaseSink.isTransient`), in a
+    /// call from `start` to `end`: part of the store's streak of failures, which the loop judges at its
+    /// next turn (see `drainGivesUp`).
+    private func noteRunWriteFailed(_ error: StoreError, from start: Int64, to end: Int64) {
+        let gapMs = Self.streakGapMs(configuration)
+        state.withLock { state in
+            let failingForMs = state.failures.failed(from: start, to: end, gapMs: gapMs)
+            state.runWriteFailure = (error, failingForMs)
+        }
     }
 
     // MARK: - Claims
@@ -847,7 +875,8 @@ public final class WorkerPool: Sendable {
         let sink = LeaseSink(store: store, owner: configuration.owner, token: job.token, kind: record.kind, log: log, metrics: metrics,
                              leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) },
                              leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) },
-                             storeFailed: { [weak self] error in self?.storeFailed(error) })
+                             storeFailed: { [weak self] error in self?.storeFailed(error) },
+                             writeFailed: { [weak self] error, start, end in self?.noteRunWriteFailed(error, from: start, to: end) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePointForAttempt,
                                 backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
@@ -934,6 +963,8 @@ public final class WorkerPool: Sendable {
         let graceMs = configuration.shutdownGraceMs
         return state.withLock { state in
             if let began = state.shutdownBeganAtMs, Clock.nowMs() - began >= graceMs { return nil }
+            // Nor once a drain gave up on its store: the outcomes retried would keep it from ending.
+            if state.drainGaveUp { return nil }
             return state.running[jobID]?.leaseExpiresAtMs
         }
     }
@@ -980,6 +1011,9 @@ public final class WorkerPool: Sendable {
             }
             state.slotFreed = true
             state.finishes.note(now: now)
+            // A written outcome ends the store's streak of failures: claims and rescues can go through on a
+            // nearly full disk while every outcome is refused, so any write would not do.
+            if outcome.wasWritten { state.failures.outcomeWritten() }
             switch outcome {
             case .succeeded: state.summary.succeeded += 1
             case .failed: state.summary.failed += 1
@@ -1158,6 +1192,9 @@ struct LeaseSink: TaskEventSink {
     let leaseExpiresAtMs: @Sendable () -> Int64?
     /// Told of every write that failed for good (the pool stops on a damaged or replaced database).
     let storeFailed: @Sendable (StoreError) -> Void
+    /// Told of every try the store could not write (`isTransient`), with when it began and ended: what
+    /// tells a drain that an outcome is being refused for ever (see `WorkerPool.drainGivesUp`).
+    let writeFailed: @Sendable (StoreError, _ startedAtMs: Int64, _ endedAtMs: Int64) -> Void
     /// The `from_bytes` the attempt's `resumed` line logged, until a checkpoint holding fewer says the
     /// transfer could not keep them (`WorkerLog.restarted`).
     let resumedFrom = ResumedFrom()
@@ -1273,11 +1310,13 @@ struct LeaseSink: TaskEventSink {
     /// Appends `remaining` in one group commit, removes those written before the first failure and
     /// returns that failure (nil: all written). Each try is told to `metrics.storeWrites`.
     private func append(_ remaining: inout [PendingEvent]) async -> StoreError? {
+        let start = Clock.nowMs()
         let results = remaining.count == 1 ? [await store.appendGrouped(remaining[0])] : await store.appendGrouped(remaining)
         for (index, result) in results.enumerated() {
             if case .failure(let error) = result {
                 if index > 0 { metrics.storeWrites.succeeded() }
                 metrics.storeWrites.failed(error)
+                if Self.isTransient(error, storeIsReadOnly: store.isReadOnly) { writeFailed(error, start, Clock.nowMs()) }
                 remaining.removeFirst(index)
                 return error
             }
@@ -1343,14 +1382,14 @@ struct LeaseSink: TaskEventSink {
 
 /// Why a worker stopped before its work was done.
 public enum WorkerStopped: Error, Sendable, CustomStringConvertible {
-    /// A drain with nothing running found the store failing, no outcome written, for `forMs` (its last
-    /// error, and that error when it is the store's own).
+    /// A drain with no transfer under way found the store failing, no outcome written, for `forMs` (its
+    /// last error, and that error when it is the store's own).
     case storeRefusesWrites(String, cause: StoreError?, forMs: Int64)
 
     public var description: String {
         switch self {
         case .storeRefusesWrites(let error, let cause, let ms):
-            "the drain stopped: the event log kept failing for \(String(format: "%.1f", Double(ms) / 1_000)) s without recording any job's outcome, with no job running "
+            "the drain stopped: the event log kept failing for \(String(format: "%.1f", Double(ms) / 1_000)) s without recording any job's outcome, with no transfer under way "
                 + "(\(error)); \(Self.remedy(for: cause)), then run the worker again — no job is lost: "
                 + "those this worker held go back to the queue when their leases expire"
         }

@@ -78,6 +78,57 @@ struct PostgresDrainStopTests {
         }
         #expect(!text.contains(server.password))
     }
+
+    /// A server that takes a worker's small writes (claims, lease renewals) and refuses every job's
+    /// outcome — here a trigger raising disk_full (53100) for `succeeded` events, as a server whose disk
+    /// has room for a renewal and not for a result. The outcome was retried while the lease held, the
+    /// renewals kept it, and the drain never ended. It stops now, naming the server's error, the run
+    /// logged `abandoned` and the job left `running`; once the server takes it, a later drain finishes it.
+    @Test("a drain whose job's outcome the server keeps refusing stops, naming the server's error, and leaves the job to a later worker")
+    func drainStopsOnARefusedOutcome() throws {
+        let server = try PostgresServer.shared()
+        let workspace = try CLIWorkspace("pg-refused-outcome", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let schema = try #require(workspace.database.components(separatedBy: "search_path%3D").last)
+        let environment = ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let submitted = try workspace.jobctl(["submit", try workspace.write("jobs.yaml",
+            "- {kind: upload-data, data: hello, destination: \"file://out/a.txt\", max_attempts: 3}\n")], environment: environment)
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let id = submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try server.psql(database: "postgres", """
+            CREATE FUNCTION \(schema).refuse_outcomes() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.type = 'succeeded' THEN
+                    RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER refuse_outcomes BEFORE INSERT ON \(schema).events FOR EACH ROW EXECUTE FUNCTION \(schema).refuse_outcomes();
+            """)
+
+        // Killed after 60 s (status 9: `timeout` goes with it) should it still be draining.
+        let drain = try runProcess("/usr/bin/timeout", ["-s", "KILL", "60", PackagePaths.jobctlBinary, "--db", workspace.database,
+                                                        "worker", "--drain", "--lease", "2s"],
+                                   environment: environment, currentDirectory: workspace.directory.path)
+        #expect(drain.status == 1, "exit \(drain.status) (9: still draining after 60 s): \(drain.stderr.suffix(2_000))")
+        let final = drain.stderr.split(separator: "\n").last { $0.contains("Error: the drain stopped") }.map(String.init) ?? ""
+        #expect(final.contains("PostgreSQL error 53100") && final.contains("free space on the database server's disk"),
+                "\(drain.stderr.suffix(2_000))")
+        let lines = drain.stderr.split(separator: "\n")
+        #expect(lines.contains { $0.contains("abandoned \(id)") }, "\(drain.stderr.suffix(2_000))")
+        #expect(!lines.contains { $0.contains("succeeded \(id)") }, "\(drain.stderr.suffix(2_000))")
+        let left = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+        #expect(left["state"] as? String == "running", "\(left)")
+        #expect(!drain.stderr.contains(server.password))
+
+        // The server takes outcomes again: a later drain rescues the job once its lease has expired and finishes it.
+        try server.psql(database: "postgres", "DROP TRIGGER refuse_outcomes ON \(schema).events")
+        let rest = try workspace.jobctl(["worker", "--drain", "--lease", "2s"], environment: environment)
+        #expect(rest.status == 0, "exit \(rest.status): \(rest.stderr.suffix(2_000))")
+        let done = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
+        #expect(done["state"] as? String == "succeeded", "\(done)")
+        #expect(FileManager.default.contents(atPath: workspace.directory.file("buckets/out/a.txt")) == Data("hello".utf8))
+    }
 }
 
 /// A `worker --drain` held by a job due in an hour (queued anywhere holds a drain) with nothing running,

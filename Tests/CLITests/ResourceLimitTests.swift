@@ -8,8 +8,12 @@ import TestSupport
     /// Runs `jobctl --db DB ARGS` in the workspace with its file size limit (`RLIMIT_FSIZE`) at `bytes`
     /// and SIGXFSZ at its default action and unblocked, as a login shell or systemd starts it (the test
     /// runner's children inherit it blocked): a small python3 process sets both, then becomes jobctl.
-    static func jobctl(fileSizeLimit bytes: Int, _ workspace: CLIWorkspace, _ arguments: [String]) throws -> ProcessOutput {
-        try runProcess("/usr/bin/python3", ["-c", """
+    /// With `killedAfter`, `timeout` kills it with SIGKILL after that many seconds (status 9: `timeout`, in
+    /// its process group, is killed with it).
+    static func jobctl(fileSizeLimit bytes: Int, _ workspace: CLIWorkspace, _ arguments: [String],
+                       killedAfter seconds: Int? = nil) throws -> ProcessOutput {
+        let killer = seconds.map { ["-s", "KILL", String($0), "/usr/bin/python3"] } ?? []
+        return try runProcess(seconds == nil ? "/usr/bin/python3" : "/usr/bin/timeout", killer + ["-c", """
             import os, resource, signal, sys
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGXFSZ])
@@ -82,6 +86,62 @@ import TestSupport
         #expect(rest.status == 0, "\(rest.stderr.suffix(2_000))")
         let succeeded = try #require(try workspace.json(["list", "--state", "succeeded", "--limit", "0", "--json"]) as? [[String: Any]])
         #expect(succeeded.count == 2_000)
+    }
+
+    /// A job whose outcome the event log can never take under the limit (a download-memory job's 3 MiB
+    /// result, past a 1 MiB limit), while the worker's small writes (claims, lease renewals) go through:
+    /// the outcome was retried while the lease held, the renewals kept the lease, and the drain never
+    /// ended (`store_error` every second, the job `running`). The drain stops now, saying why, the run
+    /// logged `abandoned` (its outcome was never written) and the job left `running` for the rescue; a
+    /// worker without `--drain` keeps retrying as it did; without the limit, a later drain finishes it.
+    @Test("a drain whose job's outcome outgrows the file size limit stops, saying so, and leaves the job to a later worker")
+    func fileSizeLimitOnAnOutcome() throws {
+        let workspace = try CLIWorkspace("fsize-outcome")
+        defer { workspace.directory.remove() }
+        let bucket = workspace.directory.file("buckets/b")
+        try FileManager.default.createDirectory(atPath: bucket, withIntermediateDirectories: true)
+        let bytes = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try bytes.write(to: URL(fileURLWithPath: bucket + "/big.bin"))
+        let ids = try workspace.submit("""
+        - {kind: download-memory, source: "file://b/big.bin", max_size: 10MiB, max_attempts: 3}
+        \(Self.manyJobs(5))
+        """)
+        try #require(ids.count == 6)
+        let big = ids[0]
+
+        let started = Date()
+        let drain = try Self.jobctl(fileSizeLimit: 1 << 20, workspace, ["worker", "--drain", "--lease", "2s"], killedAfter: 60)
+        let tookSeconds = Date().timeIntervalSince(started)
+        #expect(drain.status == 1, "exit \(drain.status) (9: still draining after 60 s): \(drain.stderr.suffix(2_000))")
+        #expect(tookSeconds < 30, "\(tookSeconds) s")
+        let final = drain.stderr.split(separator: "\n").last { $0.contains("the drain stopped") }.map(String.init) ?? ""
+        #expect(final.contains("Error: the drain stopped: the event log kept failing for") && final.contains("file size limit (1048576 bytes")
+                && final.contains("raise the worker's file size limit (`ulimit -f`"), "\(drain.stderr.suffix(2_000))")
+        // The run is said abandoned, never succeeded: its outcome is not in the log.
+        let lines = drain.stderr.split(separator: "\n")
+        #expect(lines.contains { $0.contains("abandoned \(big)") && $0.contains("file size limit") }, "\(drain.stderr.suffix(2_000))")
+        #expect(!lines.contains { $0.contains("succeeded \(big)") }, "\(drain.stderr.suffix(2_000))")
+        let left = try #require(try workspace.json(["show", big, "--json"]) as? [String: Any])
+        #expect(left["state"] as? String == "running", "\(left)")
+        let small = try #require(try workspace.json(["list", "--state", "succeeded", "--limit", "0", "--json"]) as? [[String: Any]])
+        #expect(small.count == 5)
+
+        // A worker without --drain is a service: it retries the outcome for as long as it runs (past its
+        // lease, which its renewals keep), and does not stop.
+        let service = try Self.jobctl(fileSizeLimit: 1 << 20, workspace, ["worker", "--lease", "2s"], killedAfter: 9)
+        #expect(service.status == SIGKILL, "exit \(service.status): \(service.stderr.suffix(2_000))")
+        #expect(service.stderr.contains("retrying the write while the lease holds") && !service.stderr.contains("the drain stopped"),
+                "\(service.stderr.suffix(2_000))")
+
+        // Without the limit, a later drain takes the job back once its lease has expired and finishes it.
+        let rest = try workspace.jobctl(["worker", "--drain", "--lease", "2s"])
+        #expect(rest.status == 0, "exit \(rest.status): \(rest.stderr.suffix(2_000))")
+        let done = try #require(try workspace.json(["show", big, "--json"]) as? [String: Any])
+        #expect(done["state"] as? String == "succeeded", "\(done)")
+        let copy = workspace.directory.file("result.bin")
+        let result = try workspace.jobctl(["result", big, "-o", copy])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(FileManager.default.contents(atPath: copy) == bytes)
     }
 
     @Test("a download or upload past the file size limit fails as its job's error naming the limit, its temporary file removed")
