@@ -96,7 +96,9 @@ extension EventStore {
 
         do {
             try withConnection { (connection) throws(StoreError) in
-                try connection.run("VACUUM INTO ?", [.text(temporary)])
+                try connection.writing(temporary, shownAs: shown) { () throws(StoreError) in
+                    try connection.run("VACUUM INTO ?", [.text(temporary)])
+                }
             }
         } catch {
             // Said as the backup's failure: "database or disk is full" alone read as the log's own disk.
@@ -106,8 +108,9 @@ extension EventStore {
             case .sqlite(_, let message, _): reason = message
             default: throw error
             }
-            throw StoreError.unusablePath("cannot write the backup '\(shown)': \(reason); nothing was kept: check the free space and "
-                                          + "permissions of '\(TerminalText.printable(folder))'")
+            // A copy past the file size limit says what to do itself (free space would not help).
+            let advice = reason.contains(FileSizeLimit.raiseIt) ? "" : ": check the free space and permissions of '\(TerminalText.printable(folder))'"
+            throw StoreError.unusablePath("cannot write the backup '\(shown)': \(reason); nothing was kept\(advice)")
         }
         try Self.sync(temporary)
         let summary = try Self.checkCopy(temporary, shownAs: destination)

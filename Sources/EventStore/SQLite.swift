@@ -1,6 +1,7 @@
 import CSQLite
 import Foundation
 import JobModel
+import Synchronization
 
 // The one file that calls libsqlite3. Everything else in the module speaks `SQLiteConnection`,
 // `SQLiteStatement`, `SQLiteRow` and `SQLiteValue`; no unsafe pointer leaves this file.
@@ -249,27 +250,54 @@ final class SQLiteConnection {
         let primary = sqlite3_extended_errcode(connection) & 0xFF
         guard [SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PERM].contains(primary) else { return message }
         let number = sqlite3_system_errno(connection)
-        if number == EFBIG || (number == 0 && primary != SQLITE_CANTOPEN), let full = fileAtSizeLimit(connection) {
+        if number == EFBIG || (number == 0 && primary != SQLITE_CANTOPEN), let full = atSizeLimit(connection, sawEFBIG: number == EFBIG) {
             // SQLite names neither the file nor the limit, and its errno is often gone by now (another
             // call overwrote it): "disk I/O error" alone sent users to look for a failing disk.
-            return "\(message): \(String(cString: strerror(EFBIG))); \(FileSizeLimit.exceeded(full))"
+            return "\(message): \(String(cString: strerror(EFBIG))); \(full)"
         }
-        guard number != 0 else { return message }
-        return "\(message): \(String(cString: strerror(number)))"
+        // A temporary file SQLite could not create (a large sort's) was said to be the database
+        // ("unable to open database file"): the folder it tried is named when it is that.
+        let temporary = primary == SQLITE_CANTOPEN ? SQLiteTemporaryFolder.unusable() : nil
+        let why = number == 0 ? message : "\(message): \(String(cString: strerror(number)))"
+        return temporary.map { "\(why); \($0)" } ?? why
     }
 
-    /// The database file, or its -wal, when one of them has reached the process's file size limit
-    /// (`RLIMIT_FSIZE`): a write past it fails with `EFBIG` (jobctl ignores SIGXFSZ), which SQLite
-    /// reports as a plain I/O error. A write stops short exactly at the limit, so the file is that long.
-    private static func fileAtSizeLimit(_ connection: OpaquePointer?) -> String? {
-        guard let limit = FileSizeLimit.bytes, let name = sqlite3_db_filename(connection, "main") else { return nil }
-        let database = String(cString: name)
-        guard !database.isEmpty else { return nil }
-        for path in [database, sqliteSidecarPath(database, "-wal")] {
-            var info = stat()
-            if stat(path, &info) == 0, UInt64(max(0, info.st_size)) >= limit { return path }
+    /// What reached the process's file size limit (`RLIMIT_FSIZE`) when a call of `connection` failed, as
+    /// `FileSizeLimit.exceeded` says it: a write past it fails with `EFBIG` (jobctl ignores SIGXFSZ),
+    /// which SQLite reports as a plain I/O error. A write stops short exactly at the limit, so a file
+    /// the connection wrote that is below it is not the one. The files looked at, in order: the one
+    /// `writing(_:shownAs:_:)` names (`VACUUM INTO`'s copy), the -wal and the database when the
+    /// connection may write them, the -shm every connection extends. None at the limit after an `EFBIG`:
+    /// SQLite's temporary file (a large sort's) — the database, 9.7 MB past a 1 MB limit, was blamed for
+    /// the backup's copy and for a read-only `stats`' temporary file. None, and no `EFBIG` seen: nil.
+    private static func atSizeLimit(_ connection: OpaquePointer?, sawEFBIG: Bool) -> String? {
+        guard let limit = FileSizeLimit.bytes else { return nil }
+        var files: [(path: String, shown: String)] = []
+        if let written = alsoWritten.withLock({ $0[UInt(bitPattern: connection)] }) { files.append(written) }
+        if let name = sqlite3_db_filename(connection, "main"), case let database = String(cString: name), !database.isEmpty {
+            if sqlite3_db_readonly(connection, "main") == 0 {
+                files += [sqliteSidecarPath(database, "-wal"), database].map { ($0, $0) }
+            }
+            files.append((sqliteSidecarPath(database, "-shm"), sqliteSidecarPath(database, "-shm")))
         }
-        return nil
+        for file in files {
+            var info = stat()
+            if stat(file.path, &info) == 0, UInt64(max(0, info.st_size)) >= limit { return FileSizeLimit.exceeded(file.shown) }
+        }
+        guard sawEFBIG else { return nil }
+        return FileSizeLimit.exceeded(named: SQLiteTemporaryFolder.describeFile())
+    }
+
+    /// The file each connection writes besides its own (see `writing(_:shownAs:_:)`), by its handle.
+    private static let alsoWritten = Mutex<[UInt: (path: String, shown: String)]>([:])
+
+    /// Runs `body` while the connection writes `path` besides the database (`VACUUM INTO`'s copy): an
+    /// error at the file size limit names it, as `shown`, when it is the file that reached the limit.
+    func writing<T>(_ path: String, shownAs shown: String, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        let key = UInt(bitPattern: handle)
+        Self.alsoWritten.withLock { $0[key] = (path, shown) }
+        defer { _ = Self.alsoWritten.withLock { $0.removeValue(forKey: key) } }
+        return try body()
     }
 
     static func error(code: Int32, message: String, sql: String?) -> StoreError {

@@ -24,6 +24,9 @@ public enum FileSizeLimit {
     public static func exceeded(named name: String) -> String {
         let limit = bytes.map { "this process's file size limit (\($0) bytes, `ulimit -f`, systemd LimitFSIZE=)" }
             ?? "the file system's largest file size"
-        return "\(name) reached \(limit): raise it, or write to where a file may be larger"
+        return "\(name) reached \(limit): \(raiseIt)"
     }
+
+    /// What `exceeded` says to do: a message that holds it needs no other advice.
+    public static let raiseIt = "raise it, or write to where a file may be larger"
 }

@@ -144,6 +144,49 @@ import TestSupport
         #expect(FileManager.default.contents(atPath: copy) == bytes)
     }
 
+    /// A file size limit met by another file than the log: a backup's copy, and SQLite's temporary file
+    /// of a read-only `stats` (its grouping of ~7,000 outcomes no longer fits in memory). Each error said
+    /// the database had reached the limit — it was past it, but neither command writes it. Each names the
+    /// file that reached it now; and a `TMPDIR` that cannot hold a file is named, not "unable to open
+    /// database file" alone.
+    @Test("a file size limit met by a backup's copy or by SQLite's temporary file names that file, not the database")
+    func fileSizeLimitOnOtherFiles() throws {
+        let workspace = try CLIWorkspace("fsize-other")
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("jobs.yaml", Self.manyJobs(8_000))
+        #expect(try workspace.jobctl(["submit", manifest]).status == 0)
+        let drained = try workspace.jobctl(["worker", "--drain", "--concurrency", "8"], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        try #require(drained.status == 0, "\(drained.stderr.suffix(2_000))")
+        var size = stat()
+        try #require(stat(workspace.database, &size) == 0 && size.st_size > 4 << 20, "\(size.st_size)")
+        let limit = 1 << 20
+
+        let backup = try Self.jobctl(fileSizeLimit: limit, workspace, ["backup", "copy.db"])
+        #expect(backup.status == 1, "exit \(backup.status): \(backup.stderr)")
+        #expect(backup.stderr.contains("'copy.db' reached this process's file size limit (1048576 bytes"), "\(backup.stderr)")
+        #expect(!backup.stderr.contains("jobctl.db") && !backup.stderr.contains("free space"), "\(backup.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.directory.file("copy.db")))
+
+        let temporary = workspace.directory.file("tmp")
+        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+        let stats = try runProcess("/usr/bin/env", ["TMPDIR=\(temporary)", "/usr/bin/python3", "-c", """
+            import os, resource, sys
+            resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+            os.execv(sys.argv[2], sys.argv[2:])
+            """, String(limit), PackagePaths.jobctlBinary, "--db", workspace.database, "stats"], environment: ["NO_COLOR": "1"])
+        #expect(stats.status == 1, "exit \(stats.status): \(stats.stderr)")
+        #expect(stats.stderr.contains("a temporary file of SQLite's in '\(temporary)' (TMPDIR) reached this process's file size limit (1048576 bytes"),
+                "\(stats.stderr)")
+        #expect(!stats.stderr.contains("jobctl.db"), "\(stats.stderr)")
+
+        // A TMPDIR the process may write by its permissions (root may write /proc) where no file can be made.
+        if access("/proc", W_OK | X_OK) == 0 {
+            let refused = try workspace.jobctl(["stats"], environment: ["TMPDIR": "/proc"])
+            #expect(refused.status == 1, "exit \(refused.status): \(refused.stderr)")
+            #expect(refused.stderr.contains("SQLite's folder for temporary files '/proc' (TMPDIR) cannot hold a file"), "\(refused.stderr)")
+        }
+    }
+
     @Test("a download or upload past the file size limit fails as its job's error naming the limit, its temporary file removed")
     func fileSizeLimitOnATransfer() throws {
         let workspace = try CLIWorkspace("fsize-transfer")
