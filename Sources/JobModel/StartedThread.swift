@@ -49,7 +49,9 @@ public enum StartedThread {
 public struct ThreadStartFailure: Error, Equatable, CustomStringConvertible {
     /// The thread's name (what it is for).
     public let name: String
-    /// `pthread_create`'s answer: EAGAIN at a process or thread limit, ENOMEM without memory for a stack.
+    /// `pthread_create`'s answer: EAGAIN at a process or thread limit, and also without the address
+    /// space for the thread's stack (glibc answers EAGAIN for the stack its mmap could not have: a worker
+    /// under `ulimit -v` was told of `ulimit -u`); ENOMEM where a C library says so.
     public let errorNumber: Int32
 
     public init(name: String, errorNumber: Int32) {
@@ -60,8 +62,9 @@ public struct ThreadStartFailure: Error, Equatable, CustomStringConvertible {
     public var description: String {
         let reason = String(cString: strerror(errorNumber))
         let remedy = errorNumber == EAGAIN
-            ? "the user's process and thread limit is reached (`ulimit -u`, systemd's TasksMax=, or the system's threads-max)"
-            : "there is no memory for its stack (`ulimit -v`, systemd's MemoryMax=)"
+            ? "the user's process and thread limit is reached (`ulimit -u`, systemd's TasksMax=, or the system's threads-max), "
+                + "or there is no address space for its stack (`ulimit -v`, systemd's LimitAS=)"
+            : "there is no memory for its stack (`ulimit -v`, systemd's LimitAS= or MemoryMax=)"
         return "cannot start the thread '\(name)': \(reason); \(remedy)"
     }
 }
