@@ -15,15 +15,6 @@ import Synchronization
 public enum JobID {
     private static let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
 
-    /// Whether `text` has the shape of a whole job id: 26 of the id's characters, in either case (as
-    /// commands read an id). No idempotency key may, so that an id names its job alone.
-    public static func isWholeID(_ text: String) -> Bool {
-        text.utf8.count == 26 && text.utf8.allSatisfy { byte in
-            let upper = byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z") ? byte - 32 : byte
-            return alphabet.contains(upper)
-        }
-    }
-
     /// An id's parts: its time in milliseconds (48 bits) and its random part (80 bits: `high` holds the
     /// top 16).
     struct Parts: Equatable {

@@ -549,22 +549,64 @@ extension SecretRedaction {
     /// The authentication schemes whose next word is a credential (`Bearer ya29…`, `Basic dXNlcj…`).
     static let credentialSchemes: Set<String> = ["bearer", "basic", "negotiate"]
 
-    /// Whether a name written before `:` or `=` in prose (`Authorization: …`, `password=…`, a JSON
-    /// `"access_token": "…"`) has a credential for its value. Narrower than `isSecretName`, which is for
-    /// a URL's parameters: a server's sentence may say `code: 403` or `key: photos/a.jpg`.
-    static func isCredentialWord(_ name: String) -> Bool {
+    /// Header names whose whole value, to the end of its line, is a credential or carries one.
+    static let credentialHeaders: Set<String> = ["authorization", "proxy-authorization", "cookie", "set-cookie"]
+
+    /// Names (lower-cased) whose value is a credential where a server writes `NAME: value`, `NAME=value`
+    /// or a JSON `"NAME": "value"`.
+    static let credentialNames: Set<String> = [
+        "password", "passwd", "pwd", "secret", "client_secret", "token", "access_token", "refresh_token", "id_token",
+        "auth_token", "session_token", "api_key", "apikey", "api-key", "x-api-key", "private_key", "privatekey",
+        "sessionid", "session_id", "jsessionid", "sig", "signature", "x-goog-signature", "x-amz-signature",
+        "x-amz-security-token", "credential", "x-goog-credential",
+    ]
+
+    /// Whether `name` (as written) names a credential: one of `credentialNames`, or a name ending in one
+    /// of them after `_`, `-` or `.` (`db_password`, `X-Upload-Token`). Whole words only: `max_tokens`,
+    /// `credentials` or `SignatureDoesNotMatch` are a server's ordinary words.
+    static func isCredentialName(word name: String) -> Bool {
         let name = name.lowercased()
-        return name == "authorization" || name == "proxy-authorization" || name == "sig"
-            || secretNameParts.contains { name.contains($0) }
+        if credentialNames.contains(name) || credentialHeaders.contains(name) { return true }
+        guard let cut = name.lastIndex(where: { $0 == "_" || $0 == "-" || $0 == "." }) else { return false }
+        let last = name[name.index(after: cut)...]
+        return ["password", "passwd", "secret", "token", "apikey", "signature", "credential"].contains(last)
+            || name.hasSuffix("api_key") || name.hasSuffix("api-key") || name.hasSuffix("private_key")
+    }
+
+    /// Whether a bare word (no quotes around it) looks like a credential rather than prose: at least 8
+    /// characters of a token's alphabet (letters, digits, `- . _ ~ + / =`), with a digit, a symbol of
+    /// that alphabet, or a capital past its first character (`ya29.a0Af…`, `dXNlcjpwYXNz`, a JWT) — not
+    /// `expired`, `authentication` or `Authentication`.
+    static func looksLikeCredential(_ word: ArraySlice<UInt8>) -> Bool {
+        guard word.count >= 8 else { return false }
+        var mixed = false
+        for (offset, byte) in word.enumerated() {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): continue
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): if offset > 0 { mixed = true }
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"),
+                 UInt8(ascii: "+"), UInt8(ascii: "/"), UInt8(ascii: "="): mixed = true
+            default: return false
+            }
+        }
+        return mixed
     }
 
     /// A server's text (an error's message, the body it answered with) with the credentials it quotes
-    /// replaced by `REDACTED`: the word after an authentication scheme (`Bearer`, `Basic`, `Negotiate`),
-    /// and the value after a credential's name and `:` or `=` (`Authorization: Bearer …`, `Cookie: sid=…`,
-    /// `password=…`, `"access_token": "…"`). The request's own secrets are scrubbed wherever they appear
-    /// (`scrub`); these are the ones a server sends back that jobctl never sent — a proxy or gateway
-    /// quoting another client's headers, a service echoing its own keys — stored in the log and shown
-    /// by every command like the rest of the message.
+    /// replaced by `REDACTED`. The request's own secrets are scrubbed wherever they appear (`scrub`);
+    /// these are the ones a server sends back that jobctl never sent — a proxy or gateway quoting another
+    /// client's headers, a service echoing its own keys — stored in the log and shown by every command
+    /// like the rest of the message. Replaced:
+    /// - a credential header's value to the end of its line (`Authorization: Bearer …`, `Cookie: a=1;
+    ///   sid=…`), its scheme's word kept;
+    /// - a quoted value after a credential's name and `:` or `=` (`"access_token" : "…"`, `'password':
+    ///   '…'`, `\"token\": \"…\"`), to its closing quote, escapes heeded;
+    /// - a bare value after a credential's name and `=` (`password=…`, a word), or after `:` when it looks
+    ///   like a credential (`token: ya29…`, not `Invalid token: expired`);
+    /// - the word after `Bearer`, `Basic` or `Negotiate` when it looks like a credential (`Bearer ya29…`,
+    ///   not `Bearer token expired` or `Basic authentication is disabled`).
+    /// A heuristic for text jobctl did not write: a password of several words or one split over lines
+    /// is kept in part.
     public static func redactCredentialWords(in text: String) -> String {
         let bytes = Array(text.utf8)
         guard bytes.contains(where: { $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "=") || $0 == UInt8(ascii: " ") }) else { return text }
@@ -572,72 +614,107 @@ extension SecretRedaction {
         output.reserveCapacity(bytes.count)
         var index = 0
         var changed = false
-        /// The end of the value starting at `start`: up to a space, a quote, a bracket, `,` `;` `&`.
-        func valueEnd(_ start: Int) -> Int {
-            var end = start
-            while end < bytes.count, !Self.endsCredential(bytes[end]) { end += 1 }
-            return end
-        }
-        /// The index after `start`'s spaces.
         func skippingSpaces(_ start: Int) -> Int {
             var at = start
             while at < bytes.count, bytes[at] == UInt8(ascii: " ") || bytes[at] == UInt8(ascii: "\t") { at += 1 }
             return at
         }
+        func wordEnd(_ start: Int) -> Int {
+            var end = start
+            while end < bytes.count, !endsCredential(bytes[end]) { end += 1 }
+            return end
+        }
+        /// Replaces `bytes[start..<end]` (after copying what lies between `index` and `start`).
+        func replace(_ start: Int, _ end: Int) {
+            output += bytes[index..<start]
+            output += marker.utf8
+            changed = true
+            index = end
+        }
         while index < bytes.count {
-            guard Self.isNameByte(bytes[index]), index == 0 || !Self.isNameByte(bytes[index - 1]) else {
+            guard isNameByte(bytes[index]), index == 0 || !isNameByte(bytes[index - 1]) else {
                 output.append(bytes[index])
                 index += 1
                 continue
             }
-            var end = index
-            while end < bytes.count, Self.isNameByte(bytes[end]) { end += 1 }
-            let word = String(decoding: bytes[index..<end], as: UTF8.self)
-            output += bytes[index..<end]
-            var at = end
-            if Self.credentialSchemes.contains(word.lowercased()) {
-                // `Bearer TOKEN`: the scheme's word is kept, its credential goes.
-                let start = skippingSpaces(at)
-                let stop = valueEnd(start)
-                if start > at, stop > start {
-                    output += bytes[at..<start]
-                    output += marker.utf8
-                    changed = true
-                    index = stop
-                    continue
-                }
-                index = at
+            var nameEnd = index
+            while nameEnd < bytes.count, isNameByte(bytes[nameEnd]) { nameEnd += 1 }
+            let word = String(decoding: bytes[index..<nameEnd], as: UTF8.self).lowercased()
+            if credentialSchemes.contains(word) {
+                // `Bearer TOKEN`: the scheme's word is kept; a credential after it goes.
+                let start = skippingSpaces(nameEnd)
+                let end = wordEnd(start)
+                output += bytes[index..<nameEnd]
+                index = nameEnd
+                if start > nameEnd, looksLikeCredential(bytes[start..<end]) { replace(start, end) }
                 continue
             }
-            guard Self.isCredentialWord(word) else {
-                index = at
+            guard isCredentialName(word: word) else {
+                output += bytes[index..<nameEnd]
+                index = nameEnd
                 continue
             }
-            // A JSON key's closing quote, then `:` or `=`, spaces, a value's opening quote.
-            if at < bytes.count, bytes[at] == UInt8(ascii: "\"") { at += 1 }
+            // The name's closing quote (`"`, `'`, or a JSON-escaped `\"`), spaces, `:` or `=`, spaces.
+            var at = nameEnd
+            if at + 1 < bytes.count, bytes[at] == UInt8(ascii: "\\"), bytes[at + 1] == UInt8(ascii: "\"") { at += 2 }
+            else if at < bytes.count, bytes[at] == UInt8(ascii: "\"") || bytes[at] == UInt8(ascii: "'") { at += 1 }
+            at = skippingSpaces(at)
             guard at < bytes.count, bytes[at] == UInt8(ascii: ":") || bytes[at] == UInt8(ascii: "=") else {
-                index = end
+                output += bytes[index..<nameEnd]
+                index = nameEnd
                 continue
             }
-            var start = skippingSpaces(at + 1)
-            if start < bytes.count, bytes[start] == UInt8(ascii: "\"") { start += 1 }
-            // `Authorization: Bearer TOKEN` keeps its scheme's word; the scheme's case above takes the rest.
-            let stop = valueEnd(start)
-            if stop > start, credentialSchemes.contains(String(decoding: bytes[start..<stop], as: UTF8.self).lowercased()) {
-                output += bytes[end..<start]
-                index = start
+            let separator = bytes[at]
+            let start = skippingSpaces(at + 1)
+            output += bytes[index..<start]
+            index = start
+            guard start < bytes.count else { continue }
+            if credentialHeaders.contains(word), separator == UInt8(ascii: ":") {
+                // A header's value, to the end of its line; an authentication scheme's word stays readable.
+                var from = start
+                let first = wordEnd(start)
+                if credentialSchemes.contains(String(decoding: bytes[start..<first], as: UTF8.self).lowercased()) {
+                    from = skippingSpaces(first)
+                    output += bytes[start..<from]
+                    index = from
+                }
+                var end = from
+                while end < bytes.count, bytes[end] != UInt8(ascii: "\n"), bytes[end] != UInt8(ascii: "\r") { end += 1 }
+                if end > from { replace(from, end) }
                 continue
             }
-            guard stop > start else {
-                index = end
+            if let (open, close) = quote(at: start, in: bytes) {
+                // A quoted value, to the quote that closes it (one a backslash escapes does not).
+                var end = start + open
+                while end < bytes.count, !(closes(at: end, close, in: bytes)) {
+                    end += bytes[end] == UInt8(ascii: "\\") && close.count == 1 ? 2 : 1
+                }
+                end = min(end, bytes.count)
+                output += bytes[start..<(start + open)]
+                index = start + open
+                if end > index { replace(index, end) }
                 continue
             }
-            output += bytes[end..<start]
-            output += marker.utf8
-            changed = true
-            index = stop
+            let end = wordEnd(start)
+            if end > start, separator == UInt8(ascii: "=") || looksLikeCredential(bytes[start..<end]) { replace(start, end) }
         }
         return changed ? String(decoding: output, as: UTF8.self) : text
+    }
+
+    /// The quote that opens a value at `start` (`"`, `'` or a JSON-escaped `\"`): its length and the
+    /// bytes that close it; nil when the value is bare.
+    private static func quote(at start: Int, in bytes: [UInt8]) -> (open: Int, close: [UInt8])? {
+        if bytes[start] == UInt8(ascii: "\"") || bytes[start] == UInt8(ascii: "'") { return (1, [bytes[start]]) }
+        if start + 1 < bytes.count, bytes[start] == UInt8(ascii: "\\"), bytes[start + 1] == UInt8(ascii: "\"") {
+            return (2, [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+        }
+        return nil
+    }
+
+    /// Whether `close` starts at `at`.
+    private static func closes(at: Int, _ close: [UInt8], in bytes: [UInt8]) -> Bool {
+        guard at + close.count <= bytes.count else { return false }
+        return bytes[at..<(at + close.count)].elementsEqual(close)
     }
 
     /// Letters, digits and `_ - .`: a name's bytes (a header's, a parameter's, a JSON key's).
@@ -649,12 +726,12 @@ extension SecretRedaction {
         }
     }
 
-    /// What ends a credential's value in prose.
+    /// What ends a bare value in prose.
     private static func endsCredential(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\""), UInt8(ascii: "'"),
              UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "&"), UInt8(ascii: "<"), UInt8(ascii: ">"), UInt8(ascii: ")"),
-             UInt8(ascii: "]"), UInt8(ascii: "}"): true
+             UInt8(ascii: "]"), UInt8(ascii: "}"), UInt8(ascii: "\\"): true
         default: false
         }
     }

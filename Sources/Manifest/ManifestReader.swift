@@ -1059,14 +1059,6 @@ struct ManifestReader {
                                    + "'\(TerminalText.printable(key))'", at: valueMark)
                         return nil
                     }
-                    // Every command that takes a job reads a key first: a key shaped as an id would let
-                    // one job take the name another job's id gives it.
-                    guard !JobID.isWholeID(key.trimmingCharacters(in: .whitespaces)) else {
-                        report(.invalidValue, "'key' must not have the shape of a job id (26 of an id's letters and digits), "
-                                   + "not '\(key)': commands read a key before an id, so it could name another job than the "
-                                   + "id's; add a word to it", at: valueMark)
-                        return nil
-                    }
                     return key
                 })
             case .priority:

@@ -49,8 +49,7 @@ public enum ManifestReference {
                        + "(custom_metadata: every key but download tokens) is removed.", defaultText: "none"),
             FieldEntry(name: "key", summary: "Idempotency key, at most \(ManifestValueRange.maximumKeyBytes) bytes: the same job again "
                        + "creates no second one (its run time aside: it keeps the one its first submit gave it, whatever `delay:` or "
-                       + "`submit --at` say again); the same key with a different job is refused; a key may not have a job id's shape "
-                       + "(26 of its letters and digits). A key holds while its job is in the "
+                       + "`submit --at` say again); the same key with a different job is refused. A key holds while its job is in the "
                        + "log: once `jobctl archive` moved the job out, the key names nothing. Not allowed in defaults.",
                        defaultText: "none"),
             FieldEntry(name: "priority", summary: "Higher runs first, \(priority.lowerBound) to \(priority.upperBound).",

@@ -170,10 +170,13 @@ func httpDate(_ value: String) -> Date? {
 /// A `Last-Modified` header as an object's `updated` time: RFC 3339 in UTC, as every other time jobctl
 /// shows or stores (get-metadata over HTTP kept the header's `Mon, 01 Jan 2024 00:00:00 GMT`, which a
 /// program reading `updated` from `result` or `show --json` could not compare with a `gs://` object's).
-/// A value that is no HTTP-date is not a time: nil.
+/// A value that is no HTTP-date is not a time: nil; nor is one past RFC 3339's years (`12345`, which
+/// would print with five digits).
 func updatedTime(lastModified value: String?) -> String? {
     guard let value, let date = httpDate(value) else { return nil }
-    return RFC3339.string(Int64((date.timeIntervalSince1970 * 1000).rounded()))
+    let ms = (date.timeIntervalSince1970 * 1000).rounded()
+    guard ms >= -62_135_596_800_000, ms < 253_402_300_800_000 else { return nil }  // 0001-01-01 ..< 10000-01-01
+    return RFC3339.string(Int64(ms))
 }
 
 // MARK: - Overwrite rules

@@ -57,9 +57,10 @@ public enum JobIDQuery: Sendable, Equatable {
     /// The job `name` names, given the job keyed `name` (`keyed`, nil when no key is `name`) and the
     /// lookup of `name` as an id or id prefix (`resolveID`, the store's). A key comes first, as for
     /// `after:`, with two exceptions that keep an id the user was given naming its job whatever keys
-    /// others submit: a whole id names the job that has it (a manifest cannot make a key of that shape,
-    /// but an older jobctl's could: `show ID` then printed the job keyed ID), and a name that is one job's
-    /// key and a prefix of another's id is refused as ambiguous rather than read as the key.
+    /// others submit: a whole id names the job that has it (`show ID` printed a job keyed ID; a key of
+    /// that shape — another system's ULID — still names its job while no job has that id), and a name
+    /// that is one job's key and a prefix of another's id is refused as ambiguous rather than read as the
+    /// key.
     public static func named(_ name: String, keyed: String?,
                              resolveID: (String) throws(StoreError) -> String) throws(StoreError) -> String {
         guard let keyed else { return try resolveID(name) }

@@ -56,7 +56,7 @@ public struct SubmitPlan: Sendable {
             if let id = resolved[UTF8Key(name)] { return id }
             let id: String
             if let index = firstOfKey[UTF8Key(name)] {
-                id = ids[index]
+                id = try Self.keyOrID(name, keyed: ids[index], logJob: logJob)
             } else if let found = try logJob(name) {
                 id = found
             } else {
@@ -164,5 +164,24 @@ extension SubmitPlan {
             outcomes.append(SubmitOutcome(id: entry.id, key: entry.spec.key, kind: entry.spec.kind, created: entry.creates))
         }
         return outcomes
+    }
+
+    /// The job an `after:` name means when it is the key of a job submitted here (`keyed`): that job,
+    /// unless the name is also a job's id in the log — a whole id names the job that has it — or a prefix
+    /// of one, which names two jobs (`keyAndIDPrefix`), as in every command (`JobIDQuery.named`).
+    private static func keyOrID(_ name: String, keyed: String,
+                                logJob: (String) throws(StoreError) -> String?) throws(StoreError) -> String {
+        // Only a name of id characters can be one (most keys are not: no lookup for them).
+        guard let query = try? JobIDQuery(name) else { return keyed }
+        let found: [String]
+        do throws(StoreError) {
+            found = try logJob(name).map { [$0] } ?? []
+        } catch {
+            guard case .ambiguous(_, let matches) = error else { throw error }
+            found = matches
+        }
+        guard !found.isEmpty, found != [keyed] else { return keyed }
+        if case .exact = query { return found[0] }
+        throw StoreError.keyAndIDPrefix(name: name, keyed: keyed, byID: found)
     }
 }

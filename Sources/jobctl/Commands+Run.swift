@@ -270,7 +270,9 @@ extension Commands {
                   Options.on, Options.json.help("Print one JSON object per event even on a terminal."), Options.exitWhenIdle],
         discussion: """
         Statuses follow the Firebase task observers: started → resume, progress → progress, paused → pause,
-        succeeded → success, failed/cancelled → failure. On a terminal the progress bar shows the bytes
+        succeeded → success, failed/cancelled → failure. An attempt that failed (attempt_failed: its error
+        and when the next attempt may start) or whose worker died (lease_expired) is a line too, under
+        its event's name, in JSON lines without a status; --on leaves them out. On a terminal the progress bar shows the bytes
         (for uploads: sent, the part the server confirmed drawn solid), the rate over the last few seconds
         and the time left, and every line fits the terminal's width. Exit status: 0 when the job
         succeeded, 1 when it failed or was cancelled. With --batch: every event of the batch's jobs from

@@ -139,6 +139,15 @@ extension Commands {
             emitError("Error: nothing was submitted")
             return ExitCode.dataError
         }
+        // An `after:` name that names several jobs (an id prefix several share; a key that is also
+        // another job's id prefix): at its entry, as a name that means none.
+        func ambiguousDependency(_ name: String, _ error: StoreError) -> Int32 {
+            let message = "'after' names '\(TerminalText.printable(name))', which is not one job: \(error)"
+            let entry = manifestJobs.lazy.flatMap(\.dependencies).first { $0.name == name }
+            emitError(entry.map { ManifestErrors([$0.error(message)]).render() } ?? "Error: \(message)")
+            emitError("Error: nothing was submitted")
+            return ExitCode.dataError
+        }
         // A cycle through jobs of several manifests (one manifest's own is refused as it is read): at the
         // first job's entry, each job named by its key (or its place) and where it was written.
         func dependencyCycle(_ indices: [Int]) -> Int32 {
@@ -176,6 +185,8 @@ extension Commands {
                 }
             } catch StoreError.unknownDependency(let name) {
                 return unknownDependency(name)
+            } catch let error as StoreError where error.dependencyName != nil {
+                return ambiguousDependency(error.dependencyName ?? "", error)
             } catch StoreError.dependencyCycle(let indices) {
                 return dependencyCycle(indices)
             }
@@ -199,6 +210,8 @@ extension Commands {
             outcomes = try store.submit(specs, actor: context.actor, now: Clock.nowMs())
         } catch StoreError.unknownDependency(let name) {
             return unknownDependency(name)
+        } catch let error as StoreError where error.dependencyName != nil {
+            return ambiguousDependency(error.dependencyName ?? "", error)
         } catch StoreError.dependencyCycle(let indices) {
             return dependencyCycle(indices)
         } catch StoreError.commitUnconfirmed(let loss) {
@@ -528,5 +541,16 @@ extension Commands {
                             + "fix these and run it again to see the next")
         }
         return failures
+    }
+}
+
+extension StoreError {
+    /// The name an `after:` lookup could not take as one job (`ambiguous`, `keyAndIDPrefix`), else nil.
+    fileprivate var dependencyName: String? {
+        switch self {
+        case .ambiguous(let prefix, _): prefix
+        case .keyAndIDPrefix(let name, _, _): name
+        default: nil
+        }
     }
 }

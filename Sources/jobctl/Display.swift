@@ -68,11 +68,12 @@ struct Display: Sendable {
     }
 
     /// A local path for people: its control characters as `\u{1B}`, as every other outside text is
-    /// shown. As `%1B` (a URL's escape, which a local path is not read with), the files named `a%1B` and
-    /// `a<ESC>` printed alike, and a path pasted back into a manifest named another file — `%` is common
-    /// in file names saved from URLs (`report%20final.pdf`).
+    /// shown, and a backslash as `\\`, so that no two paths print alike. As `%1B` (a URL's escape, which a
+    /// local path is not read with), the files named `a%1B` and `a<ESC>` printed alike — `%` is common in
+    /// file names saved from URLs (`report%20final.pdf`); with the backslash left as it is, so did the
+    /// files `a\u{1B}` and `a<ESC>`.
     static func localPath(_ path: String) -> String {
-        TerminalText.printable(path)
+        TerminalText.printable(path.utf8.contains(UInt8(ascii: "\\")) ? path.replacingOccurrences(of: "\\", with: "\\\\") : path)
     }
 
     /// Control characters (C0, DEL, C1) as `%XX`, so a decoded name cannot move the cursor or recolour

@@ -297,7 +297,8 @@ final class Watcher {
             // An attempt that failed with a retry to come, or whose worker died: no observer status (the
             // task machine's statuses are one attempt's), but a job that went `resume`, `resume`, `resume`,
             // `success` never said why, and one waiting out an hour's Retry-After showed nothing at all.
-            label = "retry"
+            // Named by its event (what follows is not always a retry: a pause, a cancel).
+            label = event.type.rawValue
         } else {
             return
         }
@@ -310,8 +311,8 @@ final class Watcher {
         emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(label)  \(TerminalText.printable(Describe.event(event, display: display)))")
     }
 
-    /// Events that end an attempt without ending the job: `watch` shows them as `retry` lines (unless
-    /// `--on` chose statuses).
+    /// Events that end an attempt without ending the job: `watch` shows them as lines of their own
+    /// (unless `--on` chose statuses).
     static func endsAnAttempt(_ type: EventType) -> Bool {
         type == .attemptFailed || type == .leaseExpired
     }

@@ -117,12 +117,15 @@ import TestSupport
         defer { workspace.directory.remove() }
         let plain = try workspace.write("pct%1B.txt", "a")
         let escaped = try workspace.write("pct\u{1B}.txt", "b")
+        let backslashed = try workspace.write("pct\\u{1B}.txt", "c")
         let ids = try workspace.submit("""
         - {kind: upload-file, source: "\(plain)", destination: "gs://bkt/a"}
         - {kind: upload-file, source: "\(escaped.replacingOccurrences(of: "\u{1B}", with: "\\e"))", destination: "gs://bkt/b"}
+        - {kind: upload-file, source: '\(backslashed)', destination: "gs://bkt/c"}
         """)
         let list = try workspace.jobctl(["list"])
-        #expect(list.stdout.contains("pct%1B.txt → gs://bkt/a") && list.stdout.contains("pct\\u{1B}.txt → gs://bkt/b"), "\(list.stdout)")
+        #expect(list.stdout.contains("pct%1B.txt → gs://bkt/a") && list.stdout.contains("pct\\u{1B}.txt → gs://bkt/b")
+                && list.stdout.contains("pct\\\\u{1B}.txt → gs://bkt/c"), "\(list.stdout)")
         #expect(!list.stdout.contains("\u{1B}"))
         let shown = try workspace.jobctl(["show", ids[1]])
         #expect(shown.stdout.contains("source:      \(workspace.directory.path)/pct\\u{1B}.txt"), "\(shown.stdout)")

@@ -6,7 +6,7 @@ import TestSupport
 /// `failure` (or `success`) with no word of why the earlier attempts ended, and a job waiting out a
 /// retry's delay showed nothing at all.
 @Suite("watch shows failed attempts", .onTestThreads) struct WatchRetryTests {
-    @Test("each failed attempt is a retry line with its error and the time of the next, on a terminal and in JSON lines")
+    @Test("each failed attempt is a line with its error and the time of the next, on a terminal and in JSON lines")
     func failedAttemptsAreShown() throws {
         let server = try NginxServer.start(extraServerConfig: #"location /busy { return 503 "busy"; }"#)
         defer { server.stop() }
@@ -25,7 +25,7 @@ import TestSupport
         #expect((data?["error"] as? [String: Any])?["http_status"] as? Int == 503 && data?["retry_at"] is String, "\(failedAttempt)")
 
         let shown = try workspace.jobctlOnTerminal(["watch", ids[0]], columns: 300)
-        let retry = try #require(shown.stdout.split(separator: "\n").first { $0.contains("  retry  ") }, "\(shown.stdout)")
+        let retry = try #require(shown.stdout.split(separator: "\n").first { $0.contains("  attempt_failed  ") }, "\(shown.stdout)")
         #expect(retry.contains("attempt 1; ") && retry.contains("the server answered 503") && retry.contains("; retry at "), "\(retry)")
 
         // `--on` chooses observer statuses, of which a failed attempt is none.

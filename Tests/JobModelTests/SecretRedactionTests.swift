@@ -194,3 +194,32 @@ private let secretGuardInputs: [String] = guardInputs + [
         #expect(SecretRedaction.redactURL("https://h/a#access_token=x") == "https://h/a#access_token=REDACTED")
     }
 }
+
+/// Credentials a server's text quotes in the shapes servers write them, replaced; its ordinary words kept.
+@Suite("credentials in a server's text") struct CredentialWordsTests {
+    @Test("each shape of a quoted credential is replaced", arguments: [
+        (#""private_key": "-----BEGIN PRIVATE KEY-----\nMIIEs3cret\n-----END PRIVATE KEY-----""#, #""private_key": "REDACTED""#),
+        (#"{"access_token" : "ya29.s3cret"}"#, #"{"access_token" : "REDACTED"}"#),
+        ("{'password': 's3cret'}", "{'password': 'REDACTED'}"),
+        ("password = s3cret and more", "password = REDACTED and more"),
+        ("password='s3cret'", "password='REDACTED'"),
+        (#"{\"access_token\": \"s3cret\"}"#, #"{\"access_token\": \"REDACTED\"}"#),
+        ("Cookie: theme=dark; sessionid=s3cret\nnext line", "Cookie: REDACTED\nnext line"),
+        (#""password": "ab\"s3cret""#, #""password": "REDACTED""#),
+        ("Authorization:Bearer s3cretTOKEN99", "Authorization:Bearer REDACTED"),
+        ("refused Bearer ya29.A0s3cret here", "refused Bearer REDACTED here"),
+        ("db_password=s3cret X-Upload-Token: AbCs3cret42", "db_password=REDACTED X-Upload-Token: REDACTED"),
+    ])
+    func replaced(_ text: String, _ expected: String) {
+        #expect(SecretRedaction.redactCredentialWords(in: text) == expected)
+    }
+
+    @Test("a server's ordinary words are kept", arguments: [
+        "Bearer token expired", "Basic authentication is disabled; use Bearer tokens", "Invalid token: expired",
+        "SignatureDoesNotMatch: The request signature we calculated does not match", "tokens=0 remaining; max_tokens: 4096",
+        "password: must be 12 characters", "signature: does not match", "key: photos/a.jpg", "credentials: missing",
+    ])
+    func kept(_ text: String) {
+        #expect(SecretRedaction.redactCredentialWords(in: text) == text)
+    }
+}

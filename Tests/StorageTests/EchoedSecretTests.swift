@@ -56,8 +56,8 @@ import TestSupport
     /// the request's own secrets and URLs' were scrubbed. Each is replaced, the words around it kept.
     @Test("an error body quoting credentials the request never carried shows none of them",
           arguments: [
-              #"location /x { return 502 "gateway: Authorization: Bearer OTHERs3cret0 Cookie: sid=CKs3cret01; password=PWs3cret02 and {\"access_token\": \"ATs3cret03\"} (x-api-key=AKs3cret04), token expired"; }"#,
-              #"location /x { default_type application/json; return 502 '{"error": {"message": "gateway: Authorization: Bearer OTHERs3cret0 Cookie: sid=CKs3cret01; password=PWs3cret02 and {\"access_token\": \"ATs3cret03\"} (x-api-key=AKs3cret04), token expired"}}'; }"#,
+              #"location /x { return 502 "gateway said: Authorization: Bearer OTHERs3cret0\nCookie: theme=dark; sid=CKs3cret01\npassword=PWs3cret02 and {\"access_token\" : \"ATs3cret03\"} (x-api-key=AKs3cret04), Bearer token expired, Basic authentication is disabled; max_tokens: 4096"; }"#,
+              #"location /x { default_type application/json; return 502 '{"error": {"message": "gateway said: Authorization: Bearer OTHERs3cret0\\nCookie: theme=dark; sid=CKs3cret01\\npassword=PWs3cret02 and {\\\"access_token\\\" : \\\"ATs3cret03\\\"} (x-api-key=AKs3cret04), Bearer token expired, Basic authentication is disabled; max_tokens: 4096"}}'; }"#,
           ])
     func credentialsTheRequestNeverCarried(_ location: String) async throws {
         let server = try NginxServer.start(extraServerConfig: location)
@@ -66,8 +66,9 @@ import TestSupport
         let error = try failure(await run(backend, JobSpec(kind: .downloadMemory, source: "\(server.baseURL)/x")))
         let shown = Self.shown(error)
         #expect(!shown.contains("s3cret"), "\(shown)")
-        #expect(shown.contains("gateway: Authorization: Bearer REDACTED Cookie: REDACTED; password=REDACTED and")
-                && shown.contains("access_token\": \"REDACTED") && shown.contains("x-api-key=REDACTED), token expired"), "\(shown)")
+        #expect(shown.contains("gateway said: Authorization: Bearer REDACTED\nCookie: REDACTED\npassword=REDACTED and")
+                && shown.contains("\"access_token\" : \"REDACTED\"") && shown.contains("x-api-key=REDACTED), Bearer token expired, "
+                + "Basic authentication is disabled; max_tokens: 4096"), "\(shown)")
     }
 
     /// The query echoed into every header get-metadata records: each value is stored without it.

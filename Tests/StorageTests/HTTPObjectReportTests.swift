@@ -37,4 +37,14 @@ import TestSupport
                                             JobSpec(kind: .getMetadata, source: "\(server.baseURL)/t.txt")))
         #expect(result.object?.updated == "2024-01-01T00:00:00.000Z", "\(String(describing: result.object))")
     }
+
+    @Test("a Last-Modified past RFC 3339's years, or no date at all, is no updated time",
+          arguments: ["Sat, 01 Jan 12345 00:00:00 GMT", "yesterday", "Mon, 30 Feb 2026 00:00:00 GMT"])
+    func unreadableLastModified(_ value: String) async throws {
+        let server = try NginxServer.start(extraServerConfig: "location /odd { add_header Last-Modified \"\(value)\" always; return 200 \"x\"; }")
+        defer { server.stop() }
+        let result = try finished(await run(HTTPBackend(configuration: StorageConfiguration(stallTimeout: 30, connectTimeout: 5)),
+                                            JobSpec(kind: .getMetadata, source: "\(server.baseURL)/odd")))
+        #expect(result.object?.updated == nil, "\(String(describing: result.object))")
+    }
 }
