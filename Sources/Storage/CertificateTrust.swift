@@ -71,11 +71,7 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
     /// Trusts only the CAs at `path`: a PEM file, or a directory prepared with `openssl rehash`; errors
     /// name the setting `variable` (as the user gave it).
     public static func only(_ path: String, variable: String = "JOBCTL_CA_BUNDLE") throws(StorageError) -> CertificateTrust {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw unusable(variable, path, "does not exist")
-        }
-        if isDirectory.boolValue {
+        if try kind(of: path, variable: variable) == S_IFDIR {
             try checkDirectory(path, variable: variable)
             return CertificateTrust(caDirectory: path, exclusive: true, source: variable)
         }
@@ -97,13 +93,22 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
         StorageError(.invalidArgument, "\(variable) names '\(path)', which \(problem); \(remedy)")
     }
 
+    /// The file type (`S_IFMT` bits) of what `path` names, links followed; "does not exist" only when
+    /// nothing is there (`PathLookup`): a bundle in a folder this user may not search was said not to exist.
+    private static func kind(of path: String, variable: String) throws(StorageError) -> mode_t {
+        let found: stat?
+        do throws(PathLookup.Failure) { found = try PathLookup.entry(at: path, followingLinks: true) } catch {
+            throw unusable(variable, path, "cannot be looked at (\(error.reason))")
+        }
+        guard let found else { throw unusable(variable, path, "does not exist") }
+        return found.st_mode & S_IFMT
+    }
+
     /// A readable regular file holding at least one PEM certificate.
     private static func checkFile(_ path: String, variable: String) throws(StorageError) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw unusable(variable, path, "does not exist")
+        guard try kind(of: path, variable: variable) != S_IFDIR else {
+            throw unusable(variable, path, "is a directory where a file is expected")
         }
-        guard !isDirectory.boolValue else { throw unusable(variable, path, "is a directory where a file is expected") }
         // Opened without waiting: a FIFO there held the worker's start for ever, deaf to SIGTERM.
         let (descriptor, _, notRegular) = LocalFiles.openRegularForReading(path, allowingDirectories: false)
         if let notRegular { throw unusable(variable, path, "is \(notRegular) where a file is expected") }
@@ -129,11 +134,9 @@ public struct CertificateTrust: Sendable, Equatable, Hashable, CustomStringConve
 
     /// A readable directory holding at least one certificate under its subject-hash name (`1a2b3c4d.0`).
     private static func checkDirectory(_ path: String, variable: String) throws(StorageError) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw unusable(variable, path, "does not exist")
+        guard try kind(of: path, variable: variable) == S_IFDIR else {
+            throw unusable(variable, path, "is a file where a directory is expected")
         }
-        guard isDirectory.boolValue else { throw unusable(variable, path, "is a file where a directory is expected") }
         guard let names = try? DirectoryEntries.read(path: path).names else {
             throw unusable(variable, path, "cannot be read")
         }

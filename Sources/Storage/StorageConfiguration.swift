@@ -256,7 +256,17 @@ public struct StorageConfiguration: Sendable, CustomStringConvertible {
         // A relative HOME would take the credentials of whatever folder the worker runs in.
         if !usesEmulator, let home = value("HOME"), home.hasPrefix("/") {
             let path = (home.hasSuffix("/") ? home : home + "/") + wellKnownCredentialsPath
-            if FileManager.default.fileExists(atPath: path) {
+            // Only "no such entry" skips it (`PathLookup`): `fileExists` follows links and answers false to
+            // any failure, so a file in a folder this user may not search, or a dangling link, was passed
+            // over and the worker went on to the metadata server or anonymous access. A link is read (and
+            // refused as unreadable when it leads nowhere), as a file is.
+            let found: Bool
+            do throws(PathLookup.Failure) { found = try PathLookup.entry(at: path) != nil } catch {
+                throw StorageError(.unauthenticated, "the gcloud application-default credentials file \(path) cannot be looked for "
+                    + "(\(error.reason)); jobctl uses it when it exists: let this user search its folders, set $HOME to this user's "
+                    + "own (setpriv and sudo -E keep the caller's), or name credentials in GOOGLE_APPLICATION_CREDENTIALS")
+            }
+            if found {
                 return try GoogleCredentials.load(file: path, source: "the gcloud application-default credentials file")
             }
         }

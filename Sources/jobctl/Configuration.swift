@@ -149,32 +149,46 @@ struct Configuration: Sendable {
 
     /// The files to read: `--config FILE` or `$JOBCTL_CONFIG` alone (it must exist); otherwise the
     /// system file, then the user's (`$XDG_CONFIG_HOME/jobctl/config.yaml`, `~/.config/…` when unset),
-    /// which wins, each when it exists.
-    static func paths(flag: String?, environment: [String: String]) -> (paths: [String], explicit: Bool) {
+    /// which wins, each when it exists. Throws when whether one exists cannot be told (`isPresent`).
+    static func paths(flag: String?, environment: [String: String]) throws(ConfigurationError) -> (paths: [String], explicit: Bool) {
         if let explicit = flag ?? environment[environmentVariable].flatMap({ $0.isEmpty ? nil : $0 }) {
             return ([explicit], true)
         }
-        var paths = [systemPath]
+        // Each default file with the folder a user changes to make it readable, and how it was found.
+        var candidates = [(path: systemPath, remedy: "let this user search \((systemPath as NSString).deletingLastPathComponent) "
+                            + "(its mode or group)")]
         // Absolute paths only, as the XDG base directory specification says: a relative one would read
         // a file from whatever folder the command runs in (a checkout's, a download's).
         let absolute = { (name: String) in environment[name].flatMap { $0.hasPrefix("/") ? $0 : nil } }
-        if let base = absolute("XDG_CONFIG_HOME") ?? absolute("HOME").map({ "\($0)/.config" }) {
-            paths.append("\(base)/jobctl/config.yaml")
+        if let base = absolute("XDG_CONFIG_HOME") {
+            candidates.append(("\(base)/jobctl/config.yaml", "let this user search its folders, or set $XDG_CONFIG_HOME to this user's own"))
+        } else if let home = absolute("HOME") {
+            candidates.append(("\(home)/.config/jobctl/config.yaml", "let this user search its folders, or set $HOME to this user's own "
+                                + "(setpriv and sudo -E keep the caller's)"))
         }
-        return (paths.filter(isPresent), false)
+        var paths: [String] = []
+        for candidate in candidates where try isPresent(candidate.path, remedy: candidate.remedy) {
+            paths.append(candidate.path)
+        }
+        return (paths, false)
     }
 
     /// Whether something is at `path` itself, not following a last symbolic link: a default file that
     /// is missing is silently not read, but a link to nowhere (or to itself) was skipped as if missing,
-    /// while the same link given as `--config` was an error. Read, it is now an error naming it.
-    static func isPresent(_ path: String) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0
+    /// while the same link given as `--config` was an error. Read, it is now an error naming it. Only
+    /// "no such entry" is missing (`PathLookup`): a file in a folder this user may not search was taken
+    /// for missing too, and every command ran without it — a `submit` made a stray `jobctl.db` in the
+    /// current folder, where no worker looks. That is an error naming the file, why and `remedy`.
+    static func isPresent(_ path: String, remedy: String) throws(ConfigurationError) -> Bool {
+        do throws(PathLookup.Failure) { return try PathLookup.entry(at: path) != nil } catch {
+            throw ConfigurationError("\(path): cannot tell whether it exists (\(error.reason)); jobctl reads this file when it "
+                                     + "exists: \(remedy), or name the file to read with --config")
+        }
     }
 
     /// Reads the configuration; throws a `ConfigurationError` with every problem at its file, line and column.
     static func load(flag: String?, environment: [String: String]) throws -> Configuration {
-        let (paths, explicit) = paths(flag: flag, environment: environment)
+        let (paths, explicit) = try paths(flag: flag, environment: environment)
         var configuration = Configuration()
         for path in paths {
             let data = try ConfigurationFile.read(path, explicit: explicit)

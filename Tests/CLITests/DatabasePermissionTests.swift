@@ -15,8 +15,13 @@ import TestSupport
         let nobody = try #require(getpwnam("nobody")).pointee
         return try runProcess("/usr/bin/setpriv", ["--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)", "--clear-groups", "--",
                                                    PackagePaths.jobctlBinary, "--db", database] + arguments,
-                              environment: ["NO_COLOR": "1"], currentDirectory: directory)
+                              environment: ["NO_COLOR": "1", "HOME": otherUsersHome], currentDirectory: directory)
     }
+
+    /// The `HOME` a command run as another user gets, as `su` and `runuser` give one: `setpriv` keeps the
+    /// tests' own (root's), whose `~/.config` that user may not search, and jobctl refuses to guess whether
+    /// a configuration file is there (`Configuration.isPresent`).
+    static let otherUsersHome = "/nonexistent"
 
     @Test("a database in a folder this user may not search, or a file it may not read, is named as a permission problem",
           .enabled(if: canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
@@ -126,7 +131,7 @@ import TestSupport
                     in directory: String) throws -> ProcessOutput {
             try runProcess("/bin/sh", ["-c", "umask \(umask) && exec \"$@\"", "sh", "/usr/bin/setpriv"]
                                + identity(operator: isOperator) + ["--", PackagePaths.jobctlBinary, "--db", database] + arguments,
-                           environment: ["NO_COLOR": "1"], currentDirectory: directory)
+                           environment: ["NO_COLOR": "1", "HOME": DatabasePermissionTests.otherUsersHome], currentDirectory: directory)
         }
     }
 
@@ -171,7 +176,7 @@ import TestSupport
         worker.executableURL = URL(fileURLWithPath: "/bin/sh")
         worker.arguments = ["-c", "umask 0007 && exec \"$@\"", "sh", "/usr/bin/setpriv"] + users.identity(operator: false)
             + ["--", PackagePaths.jobctlBinary, "--db", database, "worker"]
-        worker.environment = ProcessInfo.processInfo.environment.merging(["NO_COLOR": "1"]) { _, new in new }
+        worker.environment = ProcessInfo.processInfo.environment.merging(["NO_COLOR": "1", "HOME": Self.otherUsersHome]) { _, new in new }
         worker.currentDirectoryURL = URL(fileURLWithPath: folder)
         worker.standardOutput = FileHandle.nullDevice
         worker.standardError = FileHandle.nullDevice

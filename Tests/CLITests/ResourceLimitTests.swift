@@ -222,7 +222,8 @@ import TestSupport
         let command = ([PackagePaths.jobctlBinary, "--db", database] + arguments).map { "'\($0)'" }.joined(separator: " ")
         return try runProcess("/usr/bin/timeout", ["-k", "5", "20", "/usr/bin/setpriv", "--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)",
                                                    "--clear-groups", "--", "/bin/bash", "-c", "ulimit -u \(limit) && exec \(command)"],
-                              environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")],
+                              environment: ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets"),
+                                            "HOME": DatabasePermissionTests.otherUsersHome],
                               currentDirectory: workspace.directory.path)
     }
 

@@ -481,7 +481,7 @@ import Glibc
         let arguments = [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "--dry-run", manifest]
         let output = getuid() == 0
             ? try runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups"] + arguments,
-                             environment: ["NO_COLOR": "1"], currentDirectory: "/")
+                             environment: ["NO_COLOR": "1", "HOME": DatabasePermissionTests.otherUsersHome], currentDirectory: "/")
             : try runProcess(arguments[0], Array(arguments.dropFirst()), environment: ["NO_COLOR": "1"])
         #expect(output.status == 65, "\(output.stdout)\(output.stderr)")
         #expect(output.stderr.contains("jobs.yaml:1:31: error: 'source' 'secret.csv' cannot be read"), "\(output.stderr)")
@@ -505,7 +505,7 @@ import Glibc
             let arguments = [PackagePaths.jobctlBinary, "--db", workspace.database, "submit", "--dry-run", manifest]
             return getuid() == 0
                 ? try runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups"] + arguments,
-                                 environment: ["NO_COLOR": "1"], currentDirectory: "/")
+                                 environment: ["NO_COLOR": "1", "HOME": DatabasePermissionTests.otherUsersHome], currentDirectory: "/")
                 : try runProcess(arguments[0], Array(arguments.dropFirst()), environment: ["NO_COLOR": "1"])
         }
         let refused = try submit(manifest)
@@ -548,7 +548,7 @@ import Glibc
         """)
         #expect(ids.count == 2)
         let worker = [PackagePaths.jobctlBinary, "--db", workspace.database, "worker", "--drain"]
-        let environment = ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets")]
+        let environment = ["NO_COLOR": "1", "JOBCTL_BUCKETS": workspace.directory.file("buckets"), "HOME": DatabasePermissionTests.otherUsersHome]
         let drained: ProcessOutput
         if getuid() == 0 {
             let nobody = try #require(getpwnam("nobody")).pointee

@@ -1,0 +1,96 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+import TestSupport
+
+/// What the process environment hands jobctl that it does not read as a setting of its own: folders it
+/// may not search.
+@Suite("the process environment", .onTestThreads)
+struct ProcessEnvironmentTests {
+    /// Runs `jobctl ARGS` in `folder` as the user `nobody` (no groups, nobody's HOME), with no `JOBCTL_DB`,
+    /// configuration file or credentials of the tests' environment, and `environment`, for at most 60 s.
+    static func runAsNobody(_ arguments: [String], in folder: String, environment: [String: String]) throws -> ProcessOutput {
+        let nobody = try #require(getpwnam("nobody")).pointee
+        let base = ["NO_COLOR": "1", "HOME": DatabasePermissionTests.otherUsersHome, "JOBCTL_DB": "", "JOBCTL_CONFIG": "", "GOOGLE_APPLICATION_CREDENTIALS": "",
+                    "GOOGLE_OAUTH_ACCESS_TOKEN": "", "JOBCTL_TOKEN_COMMAND": "", "STORAGE_EMULATOR_HOST": ""]
+        return try runProcess("/usr/bin/setpriv", ["--reuid=\(nobody.pw_uid)", "--regid=\(nobody.pw_gid)", "--clear-groups", "--",
+                                                   PackagePaths.jobctlBinary] + arguments,
+                              environment: base.merging(environment) { $1 }, currentDirectory: folder, seconds: 60)
+    }
+
+    /// `lstat` failing with EACCES was taken for "no file there": a configuration in a folder the user may
+    /// not search was silently not read — `config` said "no configuration file" and `submit` made a
+    /// stray `./jobctl.db` no worker reads. Only "no such file" is missing now; anything else is an error
+    /// naming the file and why, exit 64, before any database is touched.
+    @Test("a default configuration file in a folder this user may not search is an error naming it; no stray database is made",
+          .enabled(if: DatabasePermissionTests.canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+    func configurationInAnUnsearchableFolder() throws {
+        let workspace = try CLIWorkspace("env-unsearchable")
+        defer { workspace.directory.remove() }
+        let nobody = try #require(getpwnam("nobody")).pointee
+        let file = try workspace.write("x6/jobctl/config.yaml", "db: \(workspace.directory.file("real.db"))\n")
+        chmod(file, 0o644)
+        chmod(workspace.directory.file("x6/jobctl"), 0)
+        let work = workspace.directory.file("work")
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        chown(work, nobody.pw_uid, nobody.pw_gid)
+        let manifest = try workspace.write("work/m.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        chmod(manifest, 0o644)
+        let environment = ["XDG_CONFIG_HOME": workspace.directory.file("x6")]
+        for arguments in [["config"], ["submit", manifest]] {
+            let output = try Self.runAsNobody(arguments, in: work, environment: environment)
+            #expect(output.status == 64 && output.stderr.contains("\(file): cannot tell whether it exists (Permission denied")
+                    && output.stderr.contains("--config"), "\(arguments): exit \(output.status): \(output.stdout)\(output.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: work + "/jobctl.db"), "submit made a database the configuration does not name")
+        // With the folder gone the file is simply missing (ENOENT), which is no error.
+        chmod(workspace.directory.file("x6/jobctl"), 0o755)
+        try FileManager.default.removeItem(atPath: workspace.directory.file("x6/jobctl"))
+        let none = try Self.runAsNobody(["config"], in: work, environment: environment)
+        #expect(none.status == 0 && none.stdout.contains("no configuration file"), "\(none.stderr)")
+    }
+
+    /// The gcloud application-default credentials file was looked for with `fileExists`: one in a folder
+    /// the user may not search, or a dangling link, was passed over for the metadata server or anonymous
+    /// access. The worker's start check — which `config` runs — names it now, exit 1.
+    @Test("a gcloud credentials file that cannot be looked for, or a dangling link to one, stops the worker's start check",
+          .enabled(if: DatabasePermissionTests.canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+    func unreachableGcloudCredentials() throws {
+        let workspace = try CLIWorkspace("env-adc")
+        defer { workspace.directory.remove() }
+        let home = workspace.directory.file("home")
+        let file = home + "/.config/gcloud/application_default_credentials.json"
+        _ = try workspace.write("home/.config/gcloud/application_default_credentials.json", "{}")
+        chmod(home + "/.config/gcloud", 0)
+        let environment = ["HOME": home, "XDG_CONFIG_HOME": workspace.directory.file("xdg")]
+        let hidden = try Self.runAsNobody(["--db", workspace.database, "config"], in: workspace.directory.path, environment: environment)
+        #expect(hidden.status == 1 && hidden.stderr.contains("the gcloud application-default credentials file \(file) cannot be looked for "
+                                                              + "(Permission denied"), "exit \(hidden.status): \(hidden.stderr)")
+        chmod(home + "/.config/gcloud", 0o755)
+        try FileManager.default.removeItem(atPath: file)
+        try FileManager.default.createSymbolicLink(atPath: file, withDestinationPath: home + "/gone.json")
+        let dangling = try ConfigCommandTests.run(workspace, ["--db", workspace.database, "config"],
+                                                  environment: environment.merging(["GOOGLE_APPLICATION_CREDENTIALS": "",
+                                                                                    "GOOGLE_OAUTH_ACCESS_TOKEN": "", "JOBCTL_TOKEN_COMMAND": "",
+                                                                                    "STORAGE_EMULATOR_HOST": ""]) { $1 })
+        #expect(dangling.status == 1 && dangling.stderr.contains(file) && dangling.stderr.contains("cannot be read"),
+                "exit \(dangling.status): \(dangling.stderr)")
+    }
+
+    /// `fileExists` answers false to any failure to look: a CA bundle in a folder the user may not search
+    /// was said not to exist, which sent them looking for a typo. It says why now.
+    @Test("a CA bundle in a folder this user may not search is said to be out of reach, not missing",
+          .enabled(if: DatabasePermissionTests.canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+    func outOfReachIsNotMissing() throws {
+        let workspace = try CLIWorkspace("env-out-of-reach")
+        defer { workspace.directory.remove() }
+        let bundle = try workspace.write("private/ca.pem", "-----BEGIN CERTIFICATE-----\n")
+        chmod(workspace.directory.file("private"), 0)
+        let environment = ["XDG_CONFIG_HOME": workspace.directory.file("xdg"), "JOBCTL_CA_BUNDLE": bundle]
+        let config = try Self.runAsNobody(["--db", workspace.database, "config"], in: workspace.directory.path, environment: environment)
+        #expect(config.status == 1 && config.stderr.contains("JOBCTL_CA_BUNDLE names '\(bundle)', which cannot be looked at (Permission denied"),
+                "exit \(config.status): \(config.stderr)")
+    }
+}
