@@ -81,7 +81,7 @@ public enum ProxyEnvironment {
     static let schemes: Set<String> = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
 
     /// Why libcurl cannot use the proxy `value` (a variable's), or nil: a scheme it does not take
-    /// (`ftp://`), no host, or a port that is not 1–65535. Such a value failed each transfer as "could
+    /// (`ftp://`), a user or password holding a raw `/`, `?`, `#` or `@`, no host, or a port that is not 1–65535. Such a value failed each transfer as "could
     /// not connect to the server; it may be down" or "the proxy's name could not be resolved", retried,
     /// while the worker had started and `config` said nothing — every storage setting is checked at start.
     public static func problem(_ value: String) -> String? {
@@ -93,9 +93,22 @@ public enum ProxyEnvironment {
             }
             rest = rest[schemeEnd.upperBound...]
         }
-        // An endpoint's userinfo runs to its last `@` (a password may hold `/`, `?` or `#`: `redactEndpoint`).
-        if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
-        let hostAndPort = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        // As libcurl's URL parser reads it: the authority ends at the first `/`, `?` or `#`, and a user and
+        // password in it at its first `@`. Read to the last `@` (as `redactEndpoint` reads a value, to keep
+        // such a password from being shown), `alice:SE/CRET@proxy:3128` passed here and failed every
+        // transfer as a proxy name that could not be resolved — libcurl's proxy was `alice`, port `SE`.
+        // Neither character is quoted: each may be a piece of the password.
+        let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        var hostAndPort = authority
+        if let at = authority.firstIndex(of: "@") {
+            hostAndPort = authority[authority.index(after: at)...]
+            if hostAndPort.contains("@") {
+                return "an '@' in its user or password ends them for libcurl; percent-encode it there (%40)"
+            }
+        } else if rest[authority.endIndex...].contains("@") {
+            return "a '/', '?' or '#' in its user or password ends the proxy's host for libcurl; percent-encode it there "
+                + "(%2F, %3F, %23)"
+        }
         var host = hostAndPort
         var port: Substring?
         if hostAndPort.hasPrefix("[") {

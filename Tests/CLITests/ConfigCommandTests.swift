@@ -285,9 +285,15 @@ import TestSupport
     }
 
     /// A proxy value libcurl cannot use (`ftp://`, a port past 65535) failed every transfer as "could not
-    /// connect to the server", retried, with the worker started and `config` at exit 0. Both say so now.
+    /// connect to the server", retried, with the worker started and `config` at exit 0. Both say so now;
+    /// so does a raw `/`, `?`, `#` or `@` in a proxy's password (libcurl read `alice:SE/CRET@proxy` as the
+    /// host `alice`, and every job failed as a proxy name that could not be resolved).
     @Test(arguments: [("ALL_PROXY", "ftp://127.0.0.1:21", "scheme 'ftp'"), ("http_proxy", "http://u:pw-s3cret@127.0.0.1:99999", "port '99999'"),
-                      ("https_proxy", "http://[::1:1", "closing ']'"), ("http_proxy", "http://:3128", "names no host")])
+                      ("https_proxy", "http://[::1:1", "closing ']'"), ("http_proxy", "http://:3128", "names no host"),
+                      // libcurl ends the host at the first '/', '?' or '#', and the password at the first '@'.
+                      ("http_proxy", "http://alice:pw-s3cret/x@127.0.0.1:19963", "percent-encode it there (%2F, %3F, %23)"),
+                      ("HTTPS_PROXY", "alice:pw-s3cret#x@127.0.0.1:3128", "percent-encode it there (%2F, %3F, %23)"),
+                      ("ALL_PROXY", "socks5h://alice:pw-s3cret@x@127.0.0.1:1080", "percent-encode it there (%40)")])
     func anUnusableProxyIsRefusedAtStart(variable: String, value: String, named: String) throws {
         let workspace = try CLIWorkspace("config-bad-proxy")
         defer { workspace.directory.remove() }

@@ -34,24 +34,34 @@ import TestSupport
     }
 
     /// A password with `/`, `?` or `#` written raw, as people paste them: RFC 3986 ends a URL's
-    /// authority at the first of those, which left the rest of the password in what was shown.
-    @Test("a proxy password holding / ? or # is hidden in the job's error, the worker's log and config",
-          arguments: ["pr0/xy-s3cr3t", "pr0?xy-s3cr3t", "pr0#xy-s3cr3t"])
-    func delimitersInThePassword(password: String) throws {
+    /// authority at the first of those, which left the rest of the password in what was shown — and
+    /// libcurl, which ends the proxy's host there too, failed every job as a proxy name it could not
+    /// resolve. The worker and `config` refuse it at start now, saying to percent-encode it; encoded, the
+    /// proxy is used. The password is hidden everywhere either way.
+    @Test("a proxy password holding / ? or # raw is refused at start, hidden; percent-encoded it is used, and hidden in the job's error",
+          arguments: [("pr0/xy-s3cr3t", "pr0%2Fxy-s3cr3t"), ("pr0?xy-s3cr3t", "pr0%3Fxy-s3cr3t"), ("pr0#xy-s3cr3t", "pr0%23xy-s3cr3t")])
+    func delimitersInThePassword(raw: String, encoded: String) throws {
         let deadProxy = ClosedLoopbackPort()
         let workspace = try CLIWorkspace("proxy-delimiters")
         defer { workspace.directory.remove() }
-        let (ids, environment) = try Self.jobThroughProxy(workspace, "http://carol:\(password)@\(deadProxy.hostAndPort)")
-        let worker = try workspace.jobctl(["worker", "--drain", "-v"], environment: environment)
-        #expect(worker.status == 2, "\(worker.stderr)")
-        let shown = try workspace.jobctl(["show", "--json", try #require(ids.first)])
+        let (ids, environment) = try Self.jobThroughProxy(workspace, "http://carol:\(raw)@\(deadProxy.hostAndPort)")
+        let refused = try workspace.jobctl(["worker", "--drain", "-v"], environment: environment)
+        let named = "$http_proxy is 'http://carol:REDACTED@\(deadProxy.hostAndPort)'"
+        #expect(refused.status == 1 && refused.stderr.contains(named) && refused.stderr.contains("percent-encode it there (%2F, %3F, %23)"),
+                "exit \(refused.status): \(refused.stderr)")
         // --json: the table wraps a long value over lines; both forms are checked for the password below.
         let config = try workspace.jobctl(["config"], environment: environment)
+        #expect(config.status == 1 && config.stderr.contains(named), "exit \(config.status): \(config.stderr)")
         let configJSON = try workspace.jobctl(["config", "--json"], environment: environment)
         #expect(configJSON.stdout.contains("http:\\/\\/carol:REDACTED@\(deadProxy.hostAndPort)")
                     || configJSON.stdout.contains("http://carol:REDACTED@\(deadProxy.hostAndPort)"), "\(configJSON.stdout)")
-        #expect(worker.stderr.contains("the proxy http://carol:REDACTED@"), "\(worker.stderr)")
-        for output in [worker.stdout, worker.stderr, shown.stdout, shown.stderr, config.stdout, config.stderr, configJSON.stdout] {
+        var encodedEnvironment = environment
+        encodedEnvironment["http_proxy"] = "http://carol:\(encoded)@\(deadProxy.hostAndPort)"
+        let worker = try workspace.jobctl(["worker", "--drain", "-v"], environment: encodedEnvironment)
+        #expect(worker.status == 2, "\(worker.stderr)")
+        #expect(worker.stderr.contains("could not connect to the proxy http://carol:REDACTED@\(deadProxy.hostAndPort)"), "\(worker.stderr)")
+        let shown = try workspace.jobctl(["show", "--json", try #require(ids.first)])
+        for output in [refused.stderr, config.stdout, config.stderr, configJSON.stdout, worker.stdout, worker.stderr, shown.stdout, shown.stderr] {
             #expect(!output.contains("xy-s3cr3t"), "\(output)")
         }
     }
