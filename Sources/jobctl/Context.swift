@@ -90,10 +90,30 @@ struct Context: Sendable {
         useColor = stdoutIsTerminal && !noColor && !arguments[Options.noColor] && !terminalIsDumb
     }
 
-    /// `cli:<user>` — recorded as the actor of control events.
+    /// `cli:<user>` — recorded as the actor of control events: `$USER`, else `$LOGNAME`, else `uidN`.
+    /// Whoever runs the command sets these, so the name is a label, not an identity (README says so).
+    /// It is cut to `actorUserLimit` bytes, between two characters: taken whole, a 100 KB `$USER` was
+    /// stored in every event the command appended.
     var actor: String {
         let user = environment["USER"] ?? environment["LOGNAME"] ?? "uid\(getuid())"
-        return "cli:\(user)"
+        return "cli:\(Self.boundedActorUser(user))"
+    }
+
+    /// The most bytes (UTF-8) of a user name an actor records.
+    static let actorUserLimit = 256
+
+    /// `user`'s longest prefix within `actorUserLimit` bytes that ends between two Unicode scalars (never
+    /// inside one's UTF-8 bytes, so the name stays valid text).
+    static func boundedActorUser(_ user: String) -> String {
+        guard user.utf8.count > actorUserLimit else { return user }
+        var kept = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in user.unicodeScalars {
+            bytes += UTF8.width(scalar)
+            guard bytes <= actorUserLimit else { break }
+            kept.append(scalar)
+        }
+        return String(kept)
     }
 
     /// The database as it may be shown: a URL's password (`postgres://u:pw@…`) is redacted.

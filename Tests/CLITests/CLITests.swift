@@ -287,9 +287,9 @@ import Worker
         }
     }
 
-    /// README: a command's events are `cli:USER` ($USER, else $LOGNAME, else uidN); a worker's are its
-    /// `owner=`, `worker:HOST:PID`.
-    @Test("events name their actor as README says: cli:$USER, else $LOGNAME, else uidN; a worker its owner")
+    /// README: a command's events are `cli:USER` ($USER, else $LOGNAME, else uidN; at most 256 bytes of
+    /// it); a worker's are its `owner=`, `worker:HOST:PID`.
+    @Test("events name their actor as README says: cli:$USER, else $LOGNAME, else uidN, at most 256 bytes; a worker its owner")
     func actorsAsDocumented() throws {
         let workspace = try CLIWorkspace("actors")
         defer { workspace.directory.remove() }
@@ -309,6 +309,9 @@ import Worker
         #expect(try submittedActor(["USER": "alice", "LOGNAME": "bob"]) == "cli:alice")
         #expect(try submittedActor(["LOGNAME": "bob"]) == "cli:bob")
         #expect(try submittedActor([:]) == "cli:uid\(getuid())")
+        // Bounded, and cut between characters: a 100 KB $USER was stored whole in every event.
+        #expect(try submittedActor(["USER": String(repeating: "a", count: 100_000)]) == "cli:" + String(repeating: "a", count: 256))
+        #expect(try submittedActor(["USER": "a" + String(repeating: "é", count: 200)]) == "cli:a" + String(repeating: "é", count: 127))
         let id = try #require(try workspace.submit("jobs:\n  - kind: upload-data\n    data: y\n    destination: file://b/y.txt\n").first)
         let worker = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": ""])
         let owner = try #require(worker.stderr.firstMatch(of: /owner=(worker:[^ ]+:[0-9]+)/), "\(worker.stderr)")
