@@ -93,6 +93,13 @@ enum CommandRunner {
             emitError("Error: configuration: \(TerminalText.clipped(String(describing: error), limit: 4 * TerminalText.maximumMessageLength))")
             return ExitCode.usage
         }
+        // OpenSSL reads $OPENSSL_CONF at its first use, whatever the command (opening a log hashes its
+        // migrations): one that would hold it up stops every command here, but `config`, which shows and
+        // names it — its own checks (OpenSSL reads a service-account key) run without it.
+        if let problem = OpenSSLConfiguration.problem(processEnvironment) {
+            guard command.name == Commands.config.name else { return usageFailure(problem, usage: command.usageHint) }
+            unsetenv(OpenSSLConfiguration.variable)
+        }
         let filled = configuration.arguments(parsed, for: command)
         let context = Context(arguments: filled, environment: configuration.environment(over: processEnvironment),
                               configuration: configuration, processEnvironment: processEnvironment)

@@ -403,7 +403,8 @@ extension Context {
 /// The proxy variables libcurl reads from the environment (not settings of the file: libcurl reads the
 /// process's environment itself), as `jobctl config` shows them: each with its value, a password in it
 /// redacted, or "none". `HTTP_PROXY` is shown only when set, since libcurl does not read it; so is
-/// `SSLKEYLOGFILE`, which libcurl does read: it writes every TLS session's keys there.
+/// `SSLKEYLOGFILE`, which libcurl does read: it writes every TLS session's keys there; and so is
+/// `OPENSSL_CONF`, which OpenSSL reads (one `OpenSSLConfiguration` refuses is named on standard error).
 func proxyRows(_ environment: [String: String]) -> [(key: String, value: String, source: String)] {
     var rows = ProxyEnvironment.variables.map { variable -> (key: String, value: String, source: String) in
         guard let value = environment[variable], !value.isEmpty else { return (variable, "none", "default") }
@@ -411,6 +412,9 @@ func proxyRows(_ environment: [String: String]) -> [(key: String, value: String,
     }
     if let keyLog = environment["SSLKEYLOGFILE"], !keyLog.isEmpty {
         rows.append(("SSLKEYLOGFILE", keyLog, "environment ($SSLKEYLOGFILE): libcurl writes every TLS session's keys there"))
+    }
+    if let conf = environment[OpenSSLConfiguration.variable], !conf.isEmpty {
+        rows.append((OpenSSLConfiguration.variable, conf, "environment ($\(OpenSSLConfiguration.variable)): OpenSSL reads its configuration there (hashing, TLS)"))
     }
     if let ignored = environment["HTTP_PROXY"], !ignored.isEmpty {
         rows.insert(("HTTP_PROXY", ProxyEnvironment.redacted(ignored), "environment ($HTTP_PROXY), not read: libcurl takes http_proxy"),
@@ -487,6 +491,9 @@ extension Commands {
             } else {
                 notes.append("\(said) (not read here: the log is SQLite)")
             }
+        }
+        if let problem = OpenSSLConfiguration.problem(processEnvironment) {
+            problems.append(("jobctl config: \(TerminalText.clipped(problem)); no command but config will start with it", ExitCode.usage))
         }
         problems += Commands.workerStartProblems(context).map { problem in
             ("jobctl config: \(TerminalText.clipped(problem.message)); the worker will not start with it", problem.status)

@@ -110,6 +110,8 @@ enum ManPage {
         (["JOBCTL_REFUSE_EXECUTABLES"], "Comma-separated destinations that refuse .exe, .dll, .bat, .apk and .ipa uploads."),
         (["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"],
          "Proxies for http(s) and GCS requests, read as the curl tool reads them (HTTP_PROXY is not read)."),
+        (["OPENSSL_CONF"], "Read by OpenSSL at its first use (a log's checksums, TLS): a regular file or /dev/null when set; "
+            + "anything else there (a FIFO) stops every command but config at start."),
         (["COLUMNS"], "The width tables and watch fit (10 to 10000; else the terminal's width)."),
         (["NO_COLOR"], "When set, no colours (also TERM=dumb, or --no-color)."),
         (["JOURNAL_STREAM"], "Set by systemd: worker log lines written to the journal stream it names carry no time, since journald stamps each line."),

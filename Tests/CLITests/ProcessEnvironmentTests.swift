@@ -6,7 +6,7 @@ import Testing
 import TestSupport
 
 /// What the process environment hands jobctl that it does not read as a setting of its own: folders it
-/// may not search.
+/// may not search, a FIFO where OpenSSL reads its configuration.
 @Suite("the process environment", .onTestThreads)
 struct ProcessEnvironmentTests {
     /// Runs `jobctl ARGS` in `folder` as the user `nobody` (no groups, nobody's HOME), with no `JOBCTL_DB`,
@@ -92,5 +92,32 @@ struct ProcessEnvironmentTests {
         let config = try Self.runAsNobody(["--db", workspace.database, "config"], in: workspace.directory.path, environment: environment)
         #expect(config.status == 1 && config.stderr.contains("JOBCTL_CA_BUNDLE names '\(bundle)', which cannot be looked at (Permission denied"),
                 "exit \(config.status): \(config.stderr)")
+    }
+
+    /// OpenSSL opens `$OPENSSL_CONF` itself at its first use — the migrations' SHA-256 when `submit` opens
+    /// a log — and a FIFO there held `submit` for ever (the worker too, at its first transfer). Every
+    /// command but `config` refuses it at start now, exit 64; `config` shows it and names it; `/dev/null`
+    /// (OpenSSL's usual "no configuration") is taken.
+    @Test("OPENSSL_CONF naming a FIFO stops every command at start but config, which shows it; /dev/null is taken")
+    func openSSLConfigurationFIFO() throws {
+        let workspace = try CLIWorkspace("env-openssl")
+        defer { workspace.directory.remove() }
+        let fifo = workspace.directory.file("openssl.cnf")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let manifest = try workspace.write("m.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let environment = ["OPENSSL_CONF": fifo, "XDG_CONFIG_HOME": workspace.directory.file("xdg"), "JOBCTL_CONFIG": ""]
+        for arguments in [["submit", manifest], ["list"], ["worker", "--drain"]] {
+            let output = try runProcess(PackagePaths.jobctlBinary, ["--db", workspace.database] + arguments, environment: environment,
+                                        currentDirectory: workspace.directory.path, seconds: 30)
+            #expect(output.status == 64 && output.stderr.contains("$OPENSSL_CONF names '\(fifo)', which is a FIFO"),
+                    "\(arguments): exit \(output.status): \(output.stderr)")
+        }
+        let config = try ConfigCommandTests.run(workspace, ["--db", workspace.database, "config", "--json"], environment: ["OPENSSL_CONF": fifo])
+        #expect(config.status == 64 && config.stderr.contains("$OPENSSL_CONF names '\(fifo)', which is a FIFO"), "\(config.stderr)")
+        #expect(try ConfigCommandTests.settings(config)["OPENSSL_CONF"]?["value"] == fifo, "\(config.stdout)")
+        let none = try runProcess(PackagePaths.jobctlBinary, ["--db", workspace.database, "submit", manifest],
+                                  environment: environment.merging(["OPENSSL_CONF": "/dev/null"]) { $1 },
+                                  currentDirectory: workspace.directory.path, seconds: 30)
+        #expect(none.status == 0, "\(none.stderr)")
     }
 }
