@@ -423,6 +423,14 @@ func proxyRows(_ environment: [String: String]) -> [(key: String, value: String,
     return rows
 }
 
+/// The libpq variables set in `environment` (not settings of the file: libpq reads the process's
+/// environment itself), as `jobctl config` shows them after the proxies: only those set, `PGPASSWORD`
+/// redacted, each saying what it does with the command's database — libpq's keyword unless the URL sets
+/// it. `PGOPTIONS` chose the log's schema with no mention anywhere (`LibpqEnvironment`).
+func libpqRows(_ environment: [String: String], database: String) -> [(key: String, value: String, source: String)] {
+    LibpqEnvironment.shown(environment, target: database).map { ($0.name, $0.value, "environment ($\($0.name)): \($0.effect)") }
+}
+
 extension Commands {
     static let config = CommandSpec(
         name: "config",
@@ -435,7 +443,9 @@ extension Commands {
         read when they exist, the second winning. Keys: \(Setting.all.map(\.key).joined(separator: ", ")).
         An unknown key or a bad value is an error at its file, line and column. The proxy variables of the
         environment that HTTP(S) transfers honour (\(ProxyEnvironment.variables.joined(separator: ", "))) are listed
-        after the settings. Secrets are redacted, a proxy's password too.
+        after the settings, then every libpq variable that is set (PGHOST, PGOPTIONS, PGPASSWORD, …), which
+        libpq reads for what a PostgreSQL URL leaves out. Secrets are redacted, a proxy's password and
+        PGPASSWORD too.
         """
     ) { arguments, context in
         struct Row: Encodable {
@@ -474,7 +484,9 @@ extension Commands {
             // does: `JOBCTL_REFUSE_EXECUTABLES=https://ru:pw@…` and `JOBCTL_BUCKETS=/b?token=…`, shown as
             // set, printed their secrets.
             return Row(key: setting.key, value: SecretRedaction.redactURLLike(value), source: source, variable: setting.routeName)
-        } + proxyRows(processEnvironment).map { Row(key: $0.key, value: SecretRedaction.redactURLLike($0.value), source: $0.source, variable: $0.key) }
+        } + (proxyRows(processEnvironment) + libpqRows(processEnvironment, database: context.databasePath)).map {
+            Row(key: $0.key, value: SecretRedaction.redactURLLike($0.value), source: $0.source, variable: $0.key)
+        }
         // A value the worker would refuse is not in effect: it is shown as set, named on standard error
         // with the worker's own message — found by the checks the worker runs at start, so the two cannot
         // disagree — and the exit status is the one the worker would exit with at the first of them. A

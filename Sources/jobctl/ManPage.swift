@@ -112,6 +112,9 @@ enum ManPage {
          "Proxies for http(s) and GCS requests, read as the curl tool reads them (HTTP_PROXY is not read)."),
         (["OPENSSL_CONF"], "Read by OpenSSL at its first use (a log's checksums, TLS): a regular file or /dev/null when set; "
             + "anything else there (a FIFO) stops every command but config at start."),
+        (["PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE", "PGOPTIONS", "PGSSLMODE"], "Read by libpq, "
+            + "with every other variable it documents, for what a PostgreSQL URL leaves out (the URL wins); "
+            + "PGOPTIONS='-c search_path=S' chooses the log's schema. jobctl config lists those set."),
         (["COLUMNS"], "The width tables and watch fit (10 to 10000; else the terminal's width)."),
         (["NO_COLOR"], "When set, no colours (also TERM=dumb, or --no-color)."),
         (["JOURNAL_STREAM"], "Set by systemd: worker log lines written to the journal stream it names carry no time, since journald stamps each line."),

@@ -6,7 +6,7 @@ import Testing
 import TestSupport
 
 /// What the process environment hands jobctl that it does not read as a setting of its own: folders it
-/// may not search, a FIFO where OpenSSL reads its configuration.
+/// may not search, a FIFO where OpenSSL reads its configuration, libpq's `PG*` variables.
 @Suite("the process environment", .onTestThreads)
 struct ProcessEnvironmentTests {
     /// Runs `jobctl ARGS` in `folder` as the user `nobody` (no groups, nobody's HOME), with no `JOBCTL_DB`,
@@ -119,5 +119,56 @@ struct ProcessEnvironmentTests {
                                   environment: environment.merging(["OPENSSL_CONF": "/dev/null"]) { $1 },
                                   currentDirectory: workspace.directory.path, seconds: 30)
         #expect(none.status == 0, "\(none.stderr)")
+    }
+
+    /// libpq reads `PGOPTIONS` (and every `PG*` variable it documents) for what the URL leaves out, and
+    /// nothing said so: `PGOPTIONS='-c search_path=team_b'` put a submit's job into a new log of its own.
+    /// `config` lists each one set, `PGPASSWORD` redacted, with whether the URL overrides it.
+    @Test("config lists the libpq variables that are set, PGPASSWORD redacted, and whether the URL overrides each")
+    func libpqVariablesShown() throws {
+        let workspace = try CLIWorkspace("env-libpq")
+        defer { workspace.directory.remove() }
+        let variables = ["PGOPTIONS": "-c search_path=team_b", "PGPASSWORD": "pg-s3cret-pw", "PGPORT": "6543", "PGCONNECT_TIMEOUT": "3"]
+        func rows(_ database: String) throws -> [String: [String: String]] {
+            let output = try ConfigCommandTests.run(workspace, ["--db", database, "config", "--json"], environment: variables)
+            #expect(!(output.stdout + output.stderr).contains("pg-s3cret-pw"))
+            return try ConfigCommandTests.settings(output)
+        }
+        let bare = try rows("postgres://jobctl@127.0.0.1/jobs")
+        #expect(bare["PGOPTIONS"]?["value"] == "-c search_path=team_b", "\(bare)")
+        #expect(bare["PGOPTIONS"]?["source"]?.contains("libpq's options, as the URL does not set it — a search_path there chooses "
+                                                       + "the schema of the log") == true, "\(bare["PGOPTIONS"] ?? [:])")
+        #expect(bare["PGPASSWORD"]?["value"] == "REDACTED", "\(bare["PGPASSWORD"] ?? [:])")
+        #expect(bare["PGPORT"]?["source"]?.contains("libpq's port, as the URL does not set it") == true)
+        #expect(bare["PGCONNECT_TIMEOUT"]?["source"]?.contains("not used: jobctl sets connect_timeout") == true)
+        #expect(bare["PGHOST"] == nil, "shown only when set")
+        let pinned = try rows("postgres://jobctl@127.0.0.1:5432/jobs?options=-c%20search_path%3Dteam_a")
+        #expect(pinned["PGOPTIONS"]?["source"]?.contains("not used: the URL sets options") == true, "\(pinned["PGOPTIONS"] ?? [:])")
+        #expect(pinned["PGPORT"]?["source"]?.contains("not used: the URL sets port") == true, "\(pinned["PGPORT"] ?? [:])")
+        let sqlite = try rows(workspace.database)
+        #expect(sqlite["PGOPTIONS"]?["source"]?.contains("not read here (the log is SQLite)") == true, "\(sqlite["PGOPTIONS"] ?? [:])")
+    }
+
+    /// What README says of libpq's variables, on a real server: a URL's `options` wins over `PGOPTIONS`,
+    /// and a URL without them takes `PGOPTIONS`' search_path — the log a command opens is that schema's.
+    @Test("a URL's search_path wins over PGOPTIONS'; a URL without one takes PGOPTIONS' schema")
+    func urlWinsOverPGOPTIONS() throws {
+        let server = try PostgresServer.shared()
+        let workspace = try CLIWorkspace("env-pgoptions", engine: .postgres)
+        defer { workspace.directory.remove() }
+        let other = "env_other_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(10).lowercased()
+        try server.psql(database: "postgres", "CREATE SCHEMA \(other)")
+        let manifest = try workspace.write("m.yaml", "- {kind: upload-data, data: x, destination: file://b/x.txt}\n")
+        let elsewhere = ["PGOPTIONS": "-c search_path=\(other)"]
+        let pinned = try workspace.jobctl(["submit", manifest], environment: elsewhere)
+        #expect(pinned.status == 0, "\(pinned.stderr)")
+        #expect(try workspace.jobctl(["list", "--json"]).stdout.contains(pinned.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect(try server.psql(database: "postgres", "SELECT count(*) FROM pg_tables WHERE schemaname = '\(other)'") == "0")
+        // The same URL without its options: PGOPTIONS chooses the schema, and the job goes to a log there.
+        let bare = try #require(workspace.database.components(separatedBy: "&options=").first)
+        let moved = try runProcess(PackagePaths.jobctlBinary, ["--db", bare, "submit", manifest], environment: elsewhere,
+                                   currentDirectory: workspace.directory.path)
+        #expect(moved.status == 0, "\(moved.stderr)")
+        #expect(try server.psql(database: "postgres", "SELECT count(*) FROM \(other).jobs") == "1")
     }
 }
