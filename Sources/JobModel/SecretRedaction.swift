@@ -639,6 +639,13 @@ extension SecretRedaction {
             }
             var nameEnd = index
             while nameEnd < bytes.count, isNameByte(bytes[nameEnd]) { nameEnd += 1 }
+            // No scheme or credential name is as short as two bytes or longer than 64: such a word is
+            // copied without making a string of it (a body of megabytes of words is scanned, not parsed).
+            guard (3...64).contains(nameEnd - index) else {
+                output += bytes[index..<nameEnd]
+                index = nameEnd
+                continue
+            }
             let word = String(decoding: bytes[index..<nameEnd], as: UTF8.self).lowercased()
             if credentialSchemes.contains(word) {
                 // `Bearer TOKEN`: the scheme's word is kept; a credential after it goes.
