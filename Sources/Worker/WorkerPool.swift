@@ -1014,6 +1014,9 @@ public final class WorkerPool: Sendable {
             // A written outcome ends the store's streak of failures: claims and rescues can go through on a
             // nearly full disk while every outcome is refused, so any write would not do.
             if outcome.wasWritten { state.failures.outcomeWritten() }
+            // A run without an entry was taken by the stop's sweep, which logged and counted it as left
+            // behind: counted here too, a stop's summary read `abandoned=3` for two jobs.
+            guard entry != nil else { return ([], false) }
             switch outcome {
             case .succeeded: state.summary.succeeded += 1
             case .failed: state.summary.failed += 1
