@@ -81,9 +81,10 @@ public enum ProxyEnvironment {
     static let schemes: Set<String> = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
 
     /// Why libcurl cannot use the proxy `value` (a variable's), or nil: a scheme it does not take
-    /// (`ftp://`), a user or password holding a raw `/`, `?`, `#` or `@`, no host, or a port that is not 1–65535. Such a value failed each transfer as "could
-    /// not connect to the server; it may be down" or "the proxy's name could not be resolved", retried,
-    /// while the worker had started and `config` said nothing — every storage setting is checked at start.
+    /// (`ftp://`), a user or password holding a raw `/`, `?`, `#` or `@`, no host, or a port that is not
+    /// 1–65535. Such a value failed each transfer as "could not connect to the server; it may be down" or
+    /// "the proxy's name could not be resolved", retried, while the worker had started and `config` said
+    /// nothing — every storage setting is checked at start.
     public static func problem(_ value: String) -> String? {
         var rest = Substring(value)
         if let schemeEnd = rest.range(of: "://") {

@@ -737,11 +737,11 @@ public final class WorkerPool: Sendable {
     }
 
     /// A run's write failed with `error` (the store could not write; see `LeaseSink.isTransient`), in a
-    /// call from `start` to `end`: part of the store's streak of failures, which the loop judges at its
+    /// call that ended at `end`: part of the store's streak of failures, which the loop judges at its
     /// next turn (see `drainGivesUp`). Counted from its end: one slow write whose answer was lost (a
     /// commit that outlasted the lease) is no streak — the run finds out whether it landed — and a drain
     /// gave up on it, where the job had succeeded; an outcome refused again and again for a lease is one.
-    private func noteRunWriteFailed(_ error: StoreError, from start: Int64, to end: Int64) {
+    private func noteRunWriteFailed(_ error: StoreError, from _: Int64, to end: Int64) {
         let gapMs = Self.streakGapMs(configuration)
         state.withLock { state in
             let failingForMs = state.failures.failed(from: end, to: end, gapMs: gapMs)
