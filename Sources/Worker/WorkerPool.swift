@@ -741,7 +741,7 @@ public final class WorkerPool: Sendable {
     /// next turn (see `drainGivesUp`). Counted from its end: one slow write whose answer was lost (a
     /// commit that outlasted the lease) is no streak — the run finds out whether it landed — and a drain
     /// gave up on it, where the job had succeeded; an outcome refused again and again for a lease is one.
-    private func noteRunWriteFailed(_ error: StoreError, from _: Int64, to end: Int64) {
+    private func noteRunWriteFailed(_ error: StoreError, at end: Int64) {
         let gapMs = Self.streakGapMs(configuration)
         state.withLock { state in
             let failingForMs = state.failures.failed(from: end, to: end, gapMs: gapMs)
@@ -878,7 +878,7 @@ public final class WorkerPool: Sendable {
                              leaseLost: { [weak self] in self?.noteLeaseLost(record.id, now: Clock.nowMs()) },
                              leaseExpiresAtMs: { [weak self] in self?.leaseExpiry(of: record.id) },
                              storeFailed: { [weak self] error in self?.storeFailed(error) },
-                             writeFailed: { [weak self] error, start, end in self?.noteRunWriteFailed(error, from: start, to: end) })
+                             writeFailed: { [weak self] error, end in self?.noteRunWriteFailed(error, at: end) })
         let runner = TaskRunner(jobID: record.id, spec: record.spec, attempt: record.attempts,
                                 maxAttempts: record.maxAttempts, resumePoint: record.resumePointForAttempt,
                                 backend: backend, sink: sink, holdStarted: configuration.startedHoldMs != nil,
@@ -1197,9 +1197,9 @@ struct LeaseSink: TaskEventSink {
     let leaseExpiresAtMs: @Sendable () -> Int64?
     /// Told of every write that failed for good (the pool stops on a damaged or replaced database).
     let storeFailed: @Sendable (StoreError) -> Void
-    /// Told of every try the store could not write (`isTransient`), with when it began and ended: what
+    /// Told of every try the store could not write (`isTransient`), with when it ended: what
     /// tells a drain that an outcome is being refused for ever (see `WorkerPool.drainGivesUp`).
-    let writeFailed: @Sendable (StoreError, _ startedAtMs: Int64, _ endedAtMs: Int64) -> Void
+    let writeFailed: @Sendable (StoreError, _ endedAtMs: Int64) -> Void
     /// The `from_bytes` the attempt's `resumed` line logged, until a checkpoint holding fewer says the
     /// transfer could not keep them (`WorkerLog.restarted`).
     let resumedFrom = ResumedFrom()
@@ -1315,13 +1315,12 @@ struct LeaseSink: TaskEventSink {
     /// Appends `remaining` in one group commit, removes those written before the first failure and
     /// returns that failure (nil: all written). Each try is told to `metrics.storeWrites`.
     private func append(_ remaining: inout [PendingEvent]) async -> StoreError? {
-        let start = Clock.nowMs()
         let results = remaining.count == 1 ? [await store.appendGrouped(remaining[0])] : await store.appendGrouped(remaining)
         for (index, result) in results.enumerated() {
             if case .failure(let error) = result {
                 if index > 0 { metrics.storeWrites.succeeded() }
                 metrics.storeWrites.failed(error)
-                if Self.isTransient(error, storeIsReadOnly: store.isReadOnly) { writeFailed(error, start, Clock.nowMs()) }
+                if Self.isTransient(error, storeIsReadOnly: store.isReadOnly) { writeFailed(error, Clock.nowMs()) }
                 remaining.removeFirst(index)
                 return error
             }
