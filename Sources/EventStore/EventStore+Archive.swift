@@ -65,10 +65,9 @@ extension EventStore {
                 """, [], { row in DependencyRow(job: row.text(0), dependsOn: row.text(1)) }) {
                 throw ArchiveRemovalRules.awaited(wait)
             }
-            // One job per statement: SQLite 3.40 fails a statement whose statement journal spills to a
-            // file (past the 4 MiB this process allows, `SQLiteConnection.statementJournalSpillBytes`)
-            // with SQLITE_FULL, "database or disk is full", and one DELETE of every archived job's
-            // events got there at about 20,000 jobs. A statement of one job's rows never does.
+            // One job per statement, so that a statement's undo journal holds one job's rows: it spills to
+            // a temporary file past `SQLiteConnection.statementJournalSpillBytes` (a statement of every
+            // archived job's events got there at a few thousand jobs).
             var deletedEvents = 0
             for job in selection.jobs {
                 try connection.run("DELETE FROM events WHERE job_id = ?", [.text(job.id)])

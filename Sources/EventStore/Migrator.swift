@@ -91,13 +91,9 @@ enum Migrator {
         let pending = all.filter { !before.contains($0.version) }
         guard !pending.isEmpty else { return [] }
         let rebuilding = pending.contains { rebuildsProjection.contains($0.version) }
-        // Statement journals in memory, unbounded, while migrating: SQLite (3.40) fails a DROP INDEX,
-        // DROP TABLE or DROP COLUMN of a large object inside a transaction with SQLITE_FULL ("database
-        // or disk is full") once its statement journal spills to a file past the 4 MiB this process
-        // allows (`SQLiteConnection.statementJournalSpillBytes`); with temp_store = MEMORY it never
-        // spills. Back to the default when done, so the worker's journals spill as before.
-        try connection.execute("PRAGMA temp_store = MEMORY")
-        defer { try? connection.execute("PRAGMA temp_store = DEFAULT") }
+        // A DROP INDEX, DROP TABLE or DROP COLUMN of a large object inside the transaction spills its
+        // statement journal to a temporary file; that failed as "database or disk is full" while the
+        // spill size was 4 MiB (see `SQLiteConnection.statementJournalSpillBytes`).
         let groups = rebuilding ? [all] : all.map { [$0] }
         var applied: [Int] = []
         for group in groups {

@@ -171,7 +171,15 @@ final class SQLiteConnection {
     /// back inside its transaction, never for crash recovery (the WAL is), so keeping it in memory
     /// changes nothing of durability; it is emptied when the outermost savepoint is released, so this
     /// bounds the memory one savepoint or statement can take before spilling as before.
-    static let statementJournalSpillBytes: Int32 = 4 << 20
+    ///
+    /// Just under 128 KiB, and never more: SQLite keeps the journal in chunks of this size and, on
+    /// spilling, writes each chunk in one call, which its unix VFS caps at 128 KiB - 1 bytes (a mask in
+    /// `seekAndWriteFd`) — a chunk of 128 KiB or more is written short and the statement fails with
+    /// SQLITE_FULL, "database or disk is full", on any disk (SQLite 3.40, Debian 12). With 4 MiB, the
+    /// value this had, every statement whose journal passed 4 MiB failed so: deleting one event or
+    /// result of a few MiB (an archive of a 6 MiB `upload-data` job could never succeed), a migration
+    /// rebuilding a table.
+    static let statementJournalSpillBytes: Int32 = (128 << 10) - 1
 
     /// Process-wide settings made once, before the first connection opens (they must precede
     /// `sqlite3_initialize`, which the first open calls). Set only here, so they cannot fail for a

@@ -632,6 +632,31 @@ import TestSupport
         #expect(FileManager.default.fileExists(atPath: resumable))
     }
 
+    /// A job whose event or result is a few MiB could never be archived from a SQLite log: deleting its
+    /// rows outgrew the statement journal's 4 MiB in memory, and SQLite 3.40 cannot write a chunk that
+    /// size when it spills ("database or disk is full", exit 1, on an empty disk). A 6 MiB `upload-data`
+    /// and a 6 MiB `download-memory` result now leave the log like any other job.
+    @Test("jobs with an event or a result of several MiB are archived", arguments: StoreEngine.allCases)
+    func largeJobsArchived(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("archivelarge", engine: engine)
+        defer { workspace.directory.remove() }
+        let buckets = workspace.directory.file("buckets")
+        try FileManager.default.createDirectory(atPath: buckets + "/b", withIntermediateDirectories: true)
+        let data = String(repeating: "six mebibytes of upload-data, ", count: (6 << 20) / 30)
+        let ids = try workspace.submit("""
+        - {kind: upload-data, destination: "file://b/large.txt", key: up, data: "\(data)"}
+        - {kind: download-memory, source: "file://b/large.txt", max_size: 8388608, after: [up]}
+        """)
+        try #require(ids.count == 2)
+        let drain = try workspace.jobctl(["worker", "--drain"], environment: ["JOBCTL_BUCKETS": buckets])
+        #expect(drain.status == 0, "\(drain.stderr)")
+        let archive = try workspace.jobctl(["archive", "--before", "0s", "--to", workspace.directory.file("large.ndjson.gz")])
+        #expect(archive.status == 0, "\(archive.stdout)\(archive.stderr)")
+        #expect(Self.ids(try workspace.json(["list", "--json"])).isEmpty)
+        let fromFile = try workspace.json(["audit", "--from", workspace.directory.file("large.ndjson.gz"), "--json"])
+        #expect(Self.ids(fromFile) == Set(ids))
+    }
+
     /// A finished job kept in the log because a job there waits for it: "no job finished before then"
     /// was not true; the archive says which were kept and why.
     @Test("archive says which finished jobs it keeps for the jobs that wait for them")

@@ -6,8 +6,9 @@ import TestSupport
 @testable import EventStore
 
 /// Migrations that drop a large object (a column of every job, an index, a table) succeed on a large
-/// database: this process lets statement journals grow to 4 MiB in memory and then spill to a file,
-/// and SQLite (3.40) fails such a DROP inside a transaction with SQLITE_FULL once its journal spills.
+/// database: such a DROP inside a transaction spills its statement journal to a temporary file, which
+/// failed with SQLITE_FULL while this process set a spill size SQLite 3.40 cannot write (4 MiB; see
+/// `SQLiteConnection.statementJournalSpillBytes`).
 @Suite("Migrating a large database", .onTestThreads)
 struct LargeMigrationTests {
     /// A database at schema 7 (before 008 dropped the projection's spec and result) holding `jobs`
@@ -62,7 +63,7 @@ struct LargeMigrationTests {
         }
         #expect(count == 200_000)
         #expect(!columns.contains("spec") && !columns.contains("result"), "\(columns)")
-        // The worker's connection is back to spilling its statement journals to a file past 4 MiB.
+        // The connection spills its statement journals to a file, as every other one does.
         let tempStore = try store.withConnection { (connection) throws(StoreError) -> Int in
             try connection.first("PRAGMA temp_store") { row in row.int(0) } ?? -1
         }

@@ -55,4 +55,31 @@ import TestSupport
         // Process-wide settings (statement-journal spill, memory statistics off) took effect.
         #expect(SQLiteConnection.isProcessConfigured)
     }
+
+    /// A statement inside a savepoint whose undo journal outgrows the spill size writes it to a
+    /// temporary file and succeeds. With the 4 MiB spill this process used to set, SQLite 3.40 wrote
+    /// each 4 MiB chunk short and failed such a statement as "database or disk is full": deleting or
+    /// rewriting one row of 8 MiB, as an archive deletes a large `upload-data` job's event.
+    @Test func statementsWhoseJournalSpillsSucceed() throws {
+        #expect(SQLiteConnection.isProcessConfigured)
+        let directory = try TemporaryDirectory("sqlite-journal-spill")
+        defer { directory.remove() }
+        let connection = try SQLiteConnection(path: directory.file("spill.db"), readOnly: false, create: true)
+        try connection.execute("PRAGMA journal_mode = WAL")
+        try connection.run("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        let large = String(repeating: "0123456789abcdef", count: 512 << 10)  // 8 MiB
+        for key in 1...3 { try connection.run("INSERT INTO t (k, v) VALUES (?, ?)", [.int(key), .text(large)]) }
+        for statement in ["DELETE FROM t WHERE k = 1", "UPDATE t SET v = 'short' WHERE k = 2", "DELETE FROM t"] {
+            try connection.run("BEGIN IMMEDIATE")
+            try connection.run("SAVEPOINT s")
+            do throws(StoreError) {
+                try connection.run(statement)
+            } catch {
+                Issue.record("\(statement): \(error)")
+            }
+            try connection.run("RELEASE s")
+            try connection.run("COMMIT")
+        }
+        #expect(try connection.first("SELECT count(*) FROM t") { row in row.int(0) } == 0)
+    }
 }
