@@ -48,6 +48,25 @@ import TestSupport
         #expect(try fixture.store.replay(verify: true).isConsistent)
     }
 
+    /// A job that 30,000 jobs wait for could never succeed on SQLite: removing its waits is one DELETE
+    /// inside the outcome's savepoint, whose undo journal passed the 4 MiB spill size this process then
+    /// set, and SQLite 3.40 failed the spill as "database or disk is full" — the worker retried the
+    /// outcome until it gave the job up, its dependants queued forever.
+    @Test(arguments: Engine.allCases)
+    func aJobThatThirtyThousandJobsWaitForSucceeds(engine: Engine) throws {
+        let fixture = try StoreFixture("deps-wide", engine: engine)
+        defer { fixture.remove() }
+        let count = 30_000
+        let specs = [spec(key: "root")] + (1...count).map { spec(key: "d\($0)", after: ["root"]) }
+        let root = try fixture.store.submit(specs, actor: "cli:test", now: 1_000)[0].id
+        let claimed = try claim(fixture, now: 2_000)
+        try #require(claimed.map(\.record.id) == [root])
+        try finish(fixture, try #require(claimed.first), succeeded: true, now: 3_000)
+        #expect(try fixture.store.job(root)?.state == .succeeded)
+        #expect(try fixture.scalar("SELECT count(*) FROM job_dependencies") == "0")
+        #expect(try claim(fixture, now: 4_000).count == 10)
+    }
+
     /// A store that found no waits at all while finishing a job (SQLite looks once per transaction and
     /// then skips the DELETE for every job) still removes the waits submitted after that, by another
     /// process (another connection to the file) as much as by itself.
