@@ -85,14 +85,18 @@ extension EventStore {
             // The journal SQLite keeps while it writes the copy (left behind when that failed part way).
             unlink(temporary + "-journal")
         }
+        defer { close(descriptor) }
         // The database's group where this user may give it (a group-shared log), then its bits: never
         // wider than the log's, and never executable.
         _ = fchown(descriptor, uid_t.max, source.st_gid)
         var made = stat()
         // A group this user may not give the copy: the log's group bits would open it to another group.
         let sameGroup = fstat(descriptor, &made) == 0 && made.st_gid == source.st_gid
-        _ = fchmod(descriptor, source.st_mode & (sameGroup ? 0o666 : 0o606))
-        close(descriptor)
+        let bits = source.st_mode & (sameGroup ? 0o666 : 0o606)
+        // Writable by its owner until the copy is written: a read-only log (0444, a snapshot kept so)
+        // would otherwise give the copy bits `VACUUM INTO` cannot write through ("attempt to write a
+        // readonly database", as if the log were written). Its own bits once written, before its name.
+        _ = fchmod(descriptor, bits | 0o600)
 
         do {
             try withConnection { (connection) throws(StoreError) in
@@ -100,6 +104,7 @@ extension EventStore {
                     try connection.run("VACUUM INTO ?", [.text(temporary)])
                 }
             }
+            _ = fchmod(descriptor, bits)
         } catch {
             // Said as the backup's failure: "database or disk is full" alone read as the log's own disk.
             let reason: String

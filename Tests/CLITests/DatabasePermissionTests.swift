@@ -57,6 +57,34 @@ import TestSupport
         }
     }
 
+    /// `backup` only reads the log, yet one of a read-only log (0444, its owner running it, not root) failed
+    /// "the database is read-only … this command writes to it": the copy was made with the log's bits before
+    /// SQLite wrote it, so SQLite could not write the copy. The copy is written first and then given the
+    /// log's bits (read-only too).
+    @Test("backup of a read-only log by its owner writes a read-only copy",
+          .enabled(if: canRunAsNobody, "needs root (to run jobctl as the user nobody with setpriv)"))
+    func backupOfAReadOnlyLog() throws {
+        let workspace = try CLIWorkspace("db-readonly-backup")
+        defer { workspace.directory.remove() }
+        let nobody = try #require(getpwnam("nobody")).pointee
+        let folder = workspace.directory.file("state")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        chmod(workspace.directory.path, 0o755)
+        chown(folder, nobody.pw_uid, nobody.pw_gid)
+        let manifest = try workspace.write("jobs.yaml", "- {kind: upload-data, data: \"x\", destination: \"file://b/x\"}\n")
+        chmod(manifest, 0o644)
+        let database = folder + "/jobctl.db"
+        #expect(try Self.jobctlAsNobody(database, ["submit", manifest], in: workspace.directory.path).status == 0)
+        chmod(database, 0o444)
+        let copy = folder + "/copy.db"
+        let backup = try Self.jobctlAsNobody(database, ["backup", copy], in: workspace.directory.path)
+        #expect(backup.status == 0, "\(backup.stdout)\(backup.stderr)")
+        var info = stat()
+        #expect(stat(copy, &info) == 0 && info.st_mode & 0o777 == 0o444 && info.st_uid == nobody.pw_uid, "mode \(String(info.st_mode & 0o777, radix: 8))")
+        let listed = try Self.jobctlAsNobody(copy, ["list", "--json"], in: workspace.directory.path)
+        #expect(listed.status == 0 && listed.stdout.contains("upload-data"), "\(listed.stderr)")
+    }
+
     /// SQLite gives the `-wal` and `-shm` files a reader creates the database's mode: a `list` while the
     /// owner had made the database read-only left them 0444, and after `chmod 644` every write failed
     /// "the database is read-only" (a worker retried for 30 s and exited 1), naming neither file. The
