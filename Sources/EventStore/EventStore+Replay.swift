@@ -11,12 +11,13 @@ extension EventStore {
     /// schema 10, but written by heartbeats, not events) and blobs are not compared.
     ///
     /// `verify` first runs SQLite's `PRAGMA quick_check` (every page and b-tree of the file, indexes
-    /// included, without comparing index entries to their rows): what it finds is a problem of the log,
-    /// before the fold's own, as is a read the damage then makes fail.
+    /// included, without comparing index entries to their rows) and compares the schema with what the
+    /// migrations make (`SchemaCheck`): what they find is a problem of the log, before the fold's own,
+    /// as is a read the damage then makes fail.
     public func replay(verify: Bool) throws(StoreError) -> ReplayReport {
         if verify {
             return try readTransaction { (connection) throws(StoreError) -> ReplayReport in
-                let damage = try Self.quickCheck(connection)
+                let damage = try Self.quickCheck(connection) + SchemaCheck.problems(connection)
                 guard !damage.isEmpty else { return try Self.verify(connection) }
                 do throws(StoreError) {
                     var report = try Self.verify(connection)

@@ -128,7 +128,17 @@ final class SQLiteConnection {
     /// there is none with content.
     ///
     /// See https://www.sqlite.org/c3ref/open.html and https://www.sqlite.org/uri.html#uriimmutable
-    init(path: String, readOnly: Bool, create: Bool, immutable: Bool = false) throws(StoreError) {
+    convenience init(path: String, readOnly: Bool, create: Bool, immutable: Bool = false) throws(StoreError) {
+        try self.init(openingPath: path, readOnly: readOnly, create: create, immutable: immutable, inMemory: false)
+    }
+
+    /// A private database in memory, gone when the connection closes: the schema this jobctl's
+    /// migrations make, built to compare a file's with (`SchemaCheck`).
+    static func inMemory() throws(StoreError) -> SQLiteConnection {
+        try SQLiteConnection(openingPath: ":memory:", readOnly: false, create: true, immutable: false, inMemory: true)
+    }
+
+    private init(openingPath path: String, readOnly: Bool, create: Bool, immutable: Bool, inMemory: Bool) throws(StoreError) {
         _ = Self.processConfiguration
         var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_PRIVATECACHE
         flags |= readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
@@ -137,7 +147,7 @@ final class SQLiteConnection {
         // as a URI and `:memory:` as no file at all, while everything else of jobctl (the writer lock, the
         // WAL sync, the permission checks) names the file as written — `--db file:real.db` committed into
         // `real.db` and then failed for want of `file:real.db-wal`.
-        var name = path.hasPrefix("/") ? path : "./" + path
+        var name = inMemory ? ":memory:" : path.hasPrefix("/") ? path : "./" + path
         if immutable && readOnly {
             flags |= SQLITE_OPEN_URI
             name = "file:\(Self.uriPath(path))?immutable=1"

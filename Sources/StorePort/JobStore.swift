@@ -59,6 +59,10 @@ public protocol JobStore: AnyObject, Sendable {
 
     /// The schema migrations this open applied (empty when the schema was already current).
     var appliedMigrations: [Int] { get }
+    /// What the log's schema lacks or holds against it beside what its migrations make (a table, column
+    /// or index dropped by hand, a trigger added or rewritten), each as a sentence saying what to do;
+    /// empty when it is as made (`migrate` and `replay --verify` say so).
+    func schemaProblems() throws(StoreError) -> [String]
 
     // MARK: Writing
 
@@ -370,6 +374,9 @@ public struct LogImport: Sendable, Equatable {
 }
 
 extension JobStore {
+    /// Not compared (PostgreSQL).
+    public func schemaProblems() throws(StoreError) -> [String] { [] }
+
     /// No lock waits to cut short (PostgreSQL: its answer timeout bounds every wait).
     public func capLockWaits(atMostNs: UInt64?) {}
 

@@ -371,6 +371,12 @@ extension Commands {
         if let grant, let postgres = store as? PostgresStore {
             try postgres.grantWorkerRole(grant)
         }
+        // A ledger that lists every migration says nothing of a table or index since dropped by hand.
+        let damage = try store.schemaProblems()
+        guard damage.isEmpty else {
+            for problem in damage { emitError("problem: \(problem)") }
+            throw CommandFailure("the log's schema is not what its migrations made (\(plural(damage.count, "problem")) above)")
+        }
         if arguments[Options.json] {
             struct View: Encodable { let applied: [Int]; let granted: String?; let privileges: [String]? }
             emit(try jsonText(View(applied: applied, granted: grant, privileges: grant.map { _ in WorkerRoleGrants.summary })))
