@@ -32,7 +32,8 @@ extension EventStore {
             try connection.first("SELECT id, \(JobRecord.specSQL) FROM jobs WHERE idempotency_key = ?", [.text(key)]) {
                 (row) throws(StoreError) in
                 // Re-encoded, so a spec an older jobctl wrote compares by content, not by its bytes.
-                guard let stored = try StoreJSON.decode(EventData.self, row.text(1), what: "job \(row.text(0)) submitted event").spec else {
+                guard let text = row.optionalText(1) else { throw StoreError.notItsSubmission(jobID: row.text(0)) }
+                guard let stored = try StoreJSON.decode(EventData.self, text, what: "job \(row.text(0)) submitted event").spec else {
                     throw StoreError.corrupt("job \(row.text(0)) has no spec in its submitted event: run `jobctl replay --verify`")
                 }
                 return (row.text(0), try StoreJSON.encode(stored))

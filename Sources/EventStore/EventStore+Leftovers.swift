@@ -131,7 +131,8 @@ extension EventStore {
                CASE WHEN jobs.kind = 'download-file' AND jobs.attempts <= 1 THEN NULL
                     ELSE (SELECT group_concat(claims.lease) FROM events claims
                           WHERE claims.job_id = jobs.id AND claims.type = 'claimed') END AS tokens
-        FROM jobs LEFT JOIN events submitted ON submitted.seq = jobs.seq
+        FROM jobs LEFT JOIN events submitted
+             ON submitted.seq = jobs.seq AND submitted.job_id = jobs.id AND submitted.type = 'submitted'
         WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data', 'update-metadata', 'fetch-url')
           AND jobs.finished_seq > ?
           AND jobs.state IN ('succeeded', 'failed', 'cancelled')

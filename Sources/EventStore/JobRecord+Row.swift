@@ -127,13 +127,21 @@ extension JobRecord {
     /// (its primary key). The payload's text itself, not `json_extract(…, '$.spec')`: SQLite would parse
     /// it and print the spec again only for jobctl to parse that, where the store's own reader takes the
     /// spec from the payload in one pass.
-    static let specSQL = "(SELECT events.data FROM events WHERE events.seq = jobs.seq)"
+    ///
+    /// NULL unless the event at that seq is this job's own `submitted`: a row whose seq was changed
+    /// (by hand, or damage) to another job's event made a worker claim the job and run that job's
+    /// transfer, logged as this one's. The conditions read the event row the seq already found.
+    static let specSQL = "(SELECT events.data FROM events WHERE events.seq = jobs.seq "
+        + "AND events.job_id = jobs.id AND events.type = 'submitted')"
 
     /// The payload of the job's last event when the job succeeded, which holds the result: `succeeded`
     /// is final (no event follows it) and the only event that sets a result, so it is the event at the
-    /// job's version.
-    static let resultSQL = "CASE WHEN jobs.state = 'succeeded' THEN (SELECT events.data FROM events "
-        + "WHERE events.job_id = jobs.id AND events.version = jobs.version) END"
+    /// job's version. When that event is not a `succeeded` (a damaged or hand-edited log), `!` and its
+    /// type instead (`!` alone: no event there), which `StoredResult` turns into an error: read as
+    /// a payload, the job showed no result and `result` contradicted itself.
+    static let resultSQL = "CASE WHEN jobs.state = 'succeeded' THEN coalesce((SELECT CASE WHEN events.type = 'succeeded' "
+        + "THEN events.data ELSE '\(StoredResult.notSucceededMark)' || events.type END FROM events "
+        + "WHERE events.job_id = jobs.id AND events.version = jobs.version), '\(StoredResult.notSucceededMark)') END"
 
     /// The stored columns, then the spec and the result read from the log: what `init(row:specs:)` reads.
     /// Selected `FROM jobs` (the table not renamed).
@@ -303,7 +311,7 @@ extension JobRecord {
             bytesTotal: row.optionalInt64(12),
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, row.optionalText(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, row.optionalText(14), what: "job \(id) error"),
-            result: try Self.result(row, 25, jobID: id),
+            result: try Self.result(row, 25, jobID: id, version: row.int(18)),
             spec: try Self.spec(row, 24, specs: specs, jobID: id),
             key: row.optionalText(15), pauseRequested: row.bool(16), cancelRequested: row.bool(17),
             version: row.int(18), createdAtMs: row.int64(19), updatedAtMs: row.int64(20),
@@ -312,16 +320,17 @@ extension JobRecord {
 
     /// The spec at `column`, which the job's `submitted` event must hold.
     private static func spec(_ row: SQLiteRow, _ column: Int, specs: DecodedSpecCache, jobID: String) throws(StoreError) -> JobSpec {
-        guard let text = row.optionalText(column) else {
-            throw StoreError.corrupt("job \(jobID) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
-        }
+        guard let text = row.optionalText(column) else { throw StoreError.notItsSubmission(jobID: jobID) }
         return try specs.spec(submittedPayload: text, jobID: jobID)
     }
 
     /// The result in the payload at `column` (the `succeeded` event's), if the job succeeded.
-    private static func result(_ row: SQLiteRow, _ column: Int, jobID: String) throws(StoreError) -> JobResult? {
-        guard let text = row.optionalText(column) else { return nil }
-        return try StoreJSON.decode(EventData.self, text, what: "job \(jobID) succeeded event").result
+    private static func result(_ row: SQLiteRow, _ column: Int, jobID: String, version: Int) throws(StoreError) -> JobResult? {
+        guard let text = try StoredResult.payload(row.optionalText(column), jobID: jobID, version: version) else { return nil }
+        guard let result = try StoreJSON.decode(EventData.self, text, what: "job \(jobID) succeeded event").result else {
+            throw StoredResult.noResult(jobID: jobID, version: version)
+        }
+        return result
     }
 }
 

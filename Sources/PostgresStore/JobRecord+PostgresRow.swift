@@ -25,7 +25,8 @@ extension JobRecord {
     /// The spec's JSON text, from the job's `submitted` event: `jobs.seq` is that event's seq (its key).
     static let postgresSpecSQL = postgresSpecSQL(of: "jobs")
 
-    /// The spec's JSON text, from the `submitted` event at `table`'s seq.
+    /// The spec's JSON text, from the `submitted` event at `table`'s seq: NULL unless that event is the
+    /// job's own `submitted` (a row whose seq names another job's event ran that job's transfer).
     ///
     /// A `submitted` event whose JSON holds the escape `\u0000` (a NUL in an idempotency key, which an
     /// SQLite log from before 2026-12-04 can hold and `migrate --to` copies) is selected whole: the
@@ -34,7 +35,7 @@ extension JobRecord {
     /// escape otherwise, so the text says which of the two it is.
     static func postgresSpecSQL(of table: String) -> String {
         "(SELECT CASE WHEN strpos(events.data, \(nulEscapeSQL)) = 0 THEN (events.data::json -> 'spec')::text ELSE events.data END "
-            + "FROM events WHERE events.seq = \(table).seq)"
+            + "FROM events WHERE events.seq = \(table).seq AND events.job_id = \(table).id AND events.type = 'submitted')"
     }
 
     /// JSON's escape of a NUL, `\u0000`, as an SQL literal (standard strings: the backslash is itself).
@@ -64,20 +65,34 @@ extension JobRecord {
     /// The result's JSON text, from the job's last event when the job succeeded: `succeeded` is final (no
     /// event follows it) and the only event that sets a result, so it is the event at the job's version.
     /// An event whose JSON holds `\u0000` (an object's metadata can) is selected whole, as for the spec,
-    /// and `decodeResult(stored:jobID:)` takes the result out of it.
+    /// and `decodeResult(stored:jobID:version:)` takes the result out of it.
+    ///
+    /// When the event there is not a `succeeded` (a damaged or hand-edited log), `StoredResult`'s mark
+    /// and its type instead (the mark alone: no event), which `decodeResult` turns into an error; a
+    /// `succeeded` event without a result gives JSON `null`, which it refuses too.
     static func postgresResultSQL(of table: String) -> String {
-        "CASE WHEN \(table).state = 'succeeded' THEN (SELECT CASE WHEN strpos(events.data, \(nulEscapeSQL)) = 0 "
-            + "THEN (events.data::json -> 'result')::text ELSE events.data END "
-            + "FROM events WHERE events.job_id = \(table).id AND events.version = \(table).version) END"
+        let mark = StoredResult.notSucceededMark
+        return "CASE WHEN \(table).state = 'succeeded' THEN coalesce((SELECT CASE WHEN events.type <> 'succeeded' "
+            + "THEN '\(mark)' || events.type WHEN strpos(events.data, \(nulEscapeSQL)) = 0 "
+            + "THEN coalesce((events.data::json -> 'result')::text, 'null') ELSE events.data END "
+            + "FROM events WHERE events.job_id = \(table).id AND events.version = \(table).version), '\(mark)') END"
     }
 
-    /// The result in `stored`, a text `postgresResultSQL` selected (nil when it selected none).
-    static func decodeResult(stored: String?, jobID: String) throws(StoreError) -> JobResult? {
-        guard let stored, stored.contains("\\u0000") else {
-            return try StoreJSON.decodeOptional(JobResult.self, stored, what: "job \(jobID) result")
+    /// The result in `stored`, a text `postgresResultSQL` selected at the job's `version` (nil when it
+    /// selected none).
+    static func decodeResult(stored selected: String?, jobID: String, version: Int) throws(StoreError) -> JobResult? {
+        guard let stored = try StoredResult.payload(selected, jobID: jobID, version: version) else { return nil }
+        let result: JobResult?
+        if stored == "null" {
+            result = nil
+        } else if stored.contains("\\u0000") {
+            struct Succeeded: Decodable { let result: JobResult? }
+            result = try StoreJSON.decode(Succeeded.self, stored, what: "job \(jobID) succeeded event").result
+        } else {
+            result = try StoreJSON.decode(JobResult.self, stored, what: "job \(jobID) result")
         }
-        struct Succeeded: Decodable { let result: JobResult? }
-        return try StoreJSON.decode(Succeeded.self, stored, what: "job \(jobID) succeeded event").result
+        guard let result else { throw StoredResult.noResult(jobID: jobID, version: version) }
+        return result
     }
 
     /// The stored columns, then the spec and the result read from the log: what `init(postgresRow:)`
@@ -230,7 +245,7 @@ extension JobRecord {
             leaseToken: try row.optionalInteger(10), bytesDone: try row.integer(11), bytesTotal: try row.optionalInteger(12),
             resumePoint: try StoreJSON.decodeOptional(ResumePoint.self, try row.optionalString(13), what: "job \(id) resume_point"),
             error: try StoreJSON.decodeOptional(StorageError.self, try row.optionalString(14), what: "job \(id) error"),
-            result: try Self.decodeResult(stored: try row.optionalString(25), jobID: id),
+            result: try Self.decodeResult(stored: try row.optionalString(25), jobID: id, version: Int(try row.integer(18))),
             spec: spec,
             key: try row.optionalString(15).map(Self.key(postgresKeyText:)), pauseRequested: try row.flag(16), cancelRequested: try row.flag(17),
             version: Int(try row.integer(18)), createdAtMs: try row.integer(19), updatedAtMs: try row.integer(20),
@@ -239,9 +254,7 @@ extension JobRecord {
 
     /// The spec's JSON text at `column`, which the job's `submitted` event must hold.
     private static func storedSpec(_ row: PostgresRow, _ column: Int, jobID: String) throws(StoreError) -> String {
-        guard let text = try row.optionalString(column) else {
-            throw StoreError.corrupt("job \(jobID) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
-        }
+        guard let text = try row.optionalString(column) else { throw StoreError.notItsSubmission(jobID: jobID) }
         return text
     }
 }

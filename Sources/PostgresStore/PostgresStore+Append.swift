@@ -164,7 +164,8 @@ extension PostgresStore {
                                [.text(JobRecord.postgresKeyText(key))]) {
                 (row) throws(StoreError) in
                 let id = try row.string(0)
-                let stored = try JobRecord.decodeSpec(stored: try row.string(1), jobID: id)
+                guard let text = try row.optionalString(1) else { throw StoreError.notItsSubmission(jobID: id) }
+                let stored = try JobRecord.decodeSpec(stored: text, jobID: id)
                 return (id, try StoreJSON.encode(stored))
             }
         }, logJob: { (name) throws(StoreError) in try connection.dependencyID(name, locking: locking) })
@@ -441,9 +442,7 @@ extension PostgresConnection: DependantsReader {
                                          [postgresTextArray(unknown.map(\.id))], { (row) throws(StoreError) in
                                              (try row.string(0), try row.optionalString(1))
                                          }) {
-                guard let stored else {
-                    throw StoreError.corrupt("job \(id) has no submitted event with a spec at its seq: run `jobctl replay --verify`")
-                }
+                guard let stored else { throw StoreError.notItsSubmission(jobID: id) }
                 specs[id] = try self.specs.spec(ofJob: id, stored: stored)
             }
             for (id, row) in unknown {

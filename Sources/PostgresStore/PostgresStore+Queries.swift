@@ -455,7 +455,8 @@ extension PostgresStore {
               WHERE kind = 'fetch-url' AND finished_at_ms >= $1) jobs
              LEFT JOIN LATERAL (SELECT \(JobRecord.parsableJSONSQL("events.data"))::json -> 'spec'
                                        ->> (CASE jobs.kind WHEN 'fetch-url' THEN 'source' ELSE 'destination' END) AS destination
-                                FROM events WHERE events.seq = jobs.seq) submitted ON true
+                                FROM events WHERE events.seq = jobs.seq AND events.job_id = jobs.id
+                                                  AND events.type = 'submitted') submitted ON true
         WHERE jobs.state IN ('succeeded', 'failed', 'cancelled')
           AND (jobs.kind = 'download-file' OR submitted.destination LIKE 'file:%')
         """

@@ -208,6 +208,15 @@ public enum BusyHolder: Sendable, Equatable {
 }
 
 extension StoreError {
+    /// Job `jobID`'s row (`jobs.seq`) does not point at the job's own `submitted` event — the event there
+    /// is missing, another job's, or of another type — so its spec cannot be read. Refused rather than
+    /// read from whatever event is there: another job's spec made a worker run that job's transfer as
+    /// this one.
+    public static func notItsSubmission(jobID: String) -> StoreError {
+        .corrupt("job \(jobID)'s row does not point at its own submitted event (the event at its seq is missing, another "
+            + "job's, or not a submission), so its spec cannot be read; nothing was run or changed")
+    }
+
     /// The store's error for the lifecycle's refusal of a command on job `jobID`.
     public init(_ refusal: LifecycleRefusal, jobID: String) {
         switch refusal {

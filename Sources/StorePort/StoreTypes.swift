@@ -629,3 +629,32 @@ public final class PassedOver: Sendable {
             + (Set(names).count > 5 ? ", …" : "")
     }
 }
+
+// MARK: - StoredResult
+
+/// What a read of a succeeded job's result finds at the job's version, as both stores select it: the
+/// `succeeded` event's payload (or its result), or `notSucceededMark` and the type of the event that is
+/// there instead (the mark alone: no event). `succeeded` is final and the only event with a result, so
+/// any other event there is a damaged or hand-edited log: read as a payload it showed the job with no
+/// result (`audit` and `show` printed no checksum, `result` said a succeeded job had none).
+public enum StoredResult {
+    /// What no JSON text starts with: the column holds an event type, not a payload.
+    public static let notSucceededMark = "!"
+
+    /// The payload in `text` (nil: the job did not succeed, or its result was not read), or the error
+    /// for the event that is at the job's version instead. An event of a type this jobctl does not know
+    /// is a newer jobctl's, not damage: the job reads with no result, as before.
+    public static func payload(_ text: String?, jobID: String, version: Int) throws(StoreError) -> String? {
+        guard let text, text.hasPrefix(notSucceededMark) else { return text }
+        let type = String(text.dropFirst(notSucceededMark.count))
+        if !type.isEmpty, EventType(rawValue: type) == nil { return nil }
+        let found = type.isEmpty ? "there is no event at its version (\(version))"
+            : "the event at its version (\(version)) is '\(TerminalText.storedName(type))'"
+        throw StoreError.corrupt("job \(jobID) is succeeded, but \(found), not the 'succeeded' event that holds its result")
+    }
+
+    /// The error for a `succeeded` event at `version` that holds no result.
+    public static func noResult(jobID: String, version: Int) -> StoreError {
+        .corrupt("job \(jobID) is succeeded, but its 'succeeded' event (version \(version)) holds no result")
+    }
+}

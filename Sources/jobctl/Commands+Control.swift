@@ -196,6 +196,11 @@ extension Commands {
         let job = try store.job(resolving: arguments.positionals[0])
         let display = arguments.display
         guard job.state == .succeeded, let result = job.result else {
+            // The store refuses a succeeded job whose log holds no result; a job read without one is a bug
+            // or a store that does not check, and "it is succeeded; only succeeded jobs have one" said nothing.
+            if job.state == .succeeded {
+                throw CommandFailure("job \(job.id) is succeeded, but the log holds no result for it: run `jobctl replay --verify`")
+            }
             let state = display.stateLine(job.state, job.error) { $0.rawValue }
             throw CommandFailure("job \(job.id) is \(state); only succeeded jobs have a result")
         }
