@@ -211,6 +211,7 @@ public final class EventStore: JobStore, @unchecked Sendable {
         }
         let applied = try Migrator.appliedVersions(connection)
         try Migrator.refuseNewer(applied)
+        try Migrator.refuseGaps(applied)
         if applied.isEmpty {
             try Self.refuseNonDatabase(path, connection, creating: mode == .create)
         }

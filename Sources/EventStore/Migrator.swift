@@ -76,6 +76,17 @@ enum Migrator {
         }
     }
 
+    /// Throws `damagedLedger` when the ledger lacks a version this binary carries below the highest it
+    /// records: migrations are applied in order, so that one was applied and its row lost. Applied again,
+    /// an old migration that rebuilds a table dropped the columns later ones added (a deleted row 9 made
+    /// the next `pause` drop five of `jobs`' columns, and every later command fail). Every open checks,
+    /// read-only ones too.
+    static func refuseGaps(_ applied: Set<Int>) throws(StoreError) {
+        guard let highest = applied.max() else { return }
+        let missing = all.map(\.version).filter { $0 < highest && !applied.contains($0) }
+        if !missing.isEmpty { throw StoreError.damagedLedger(missing: missing, highest: highest) }
+    }
+
     /// Applies pending migrations, each in its own IMMEDIATE transaction; returns the versions applied.
     ///
     /// When a pending migration rebuilds the projection (`rebuildsProjection`), every pending migration
@@ -88,6 +99,7 @@ enum Migrator {
     static func migrate(_ connection: SQLiteConnection, now: Int64) throws(StoreError) -> [Int] {
         let before = try appliedVersions(connection)
         try refuseNewer(before)
+        try refuseGaps(before)
         let pending = all.filter { !before.contains($0.version) }
         guard !pending.isEmpty else { return [] }
         let rebuilding = pending.contains { rebuildsProjection.contains($0.version) }
@@ -109,6 +121,7 @@ enum Migrator {
                 try connection.execute(createLedgerSQL)
                 let ledger = try appliedVersions(connection)
                 try refuseNewer(ledger)
+                try refuseGaps(ledger)
                 var rebuild: Int?
                 for migration in group where !ledger.contains(migration.version) {
                     current = migration

@@ -29,6 +29,8 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
     case misuse(String)
     /// The database was migrated by a newer jobctl (`found`) than this binary knows (`known`); it was not touched.
     case newerSchema(found: Int, known: Int)
+    /// The ledger lacks versions `missing` below `highest` (see `StoreError.damagedLedger`).
+    case damagedLedger(missing: [Int], highest: Int)
     /// Migration `version`_`name` failed with `cause`; its transaction was rolled back.
     case migrationFailed(version: Int, name: String, cause: PostgresError)
 
@@ -123,6 +125,8 @@ public indirect enum PostgresError: Error, Sendable, Equatable, CustomStringConv
         case .newerSchema(let found, let known):
             return "the database schema is version \(found) but this jobctl knows only up to \(known); "
                 + "it was left untouched: upgrade jobctl to use it"
+        case .damagedLedger(let missing, let highest):
+            return StoreError.damagedLedger(missing: missing, highest: highest).description
         case .migrationFailed(let version, let name, let cause):
             return "migration \(version)_\(name) failed and was rolled back: \(cause)"
         }

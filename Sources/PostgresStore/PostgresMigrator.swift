@@ -123,6 +123,16 @@ enum PostgresMigrator {
         }
     }
 
+    /// Throws `damagedLedger` when the ledger lacks a version of `migrations` below the highest it
+    /// records: migrations are applied in order, so that one was applied and its row lost, and applied
+    /// again an old migration undoes later ones (as on SQLite: see `Migrator.refuseGaps`). Every open
+    /// checks, read-only ones too. A version this binary does not carry (PostgreSQL has no 9) is no gap.
+    static func refuseGaps(_ applied: Set<Int>, migrations: [Migration] = all) throws(PostgresError) {
+        guard let highest = applied.max() else { return }
+        let missing = migrations.map(\.version).filter { $0 < highest && !applied.contains($0) }
+        if !missing.isEmpty { throw PostgresError.damagedLedger(missing: missing, highest: highest) }
+    }
+
     /// Applies pending migrations, each in its own transaction; returns the versions applied.
     ///
     /// A migration that fails is rolled back whole (PostgreSQL's DDL is transactional) and stops the
@@ -138,6 +148,7 @@ enum PostgresMigrator {
         if connection.logSchema == nil { try keepToLogSchema(connection) }
         let before = try appliedVersions(connection)
         try refuseNewer(before, known: known)
+        try refuseGaps(before, migrations: migrations)
         guard migrations.contains(where: { !before.contains($0.version) }) else { return [] }
         try connection.execute("SELECT pg_catalog.pg_advisory_lock($1::bigint)", [.integer(advisoryLockKey)])
         // Released at once, or by the server when the connection ends.
@@ -150,6 +161,7 @@ enum PostgresMigrator {
                 let didApply = try connection.transaction { () throws(PostgresError) -> Bool in
                     let current = try appliedVersions(connection)
                     try refuseNewer(current, known: known)
+                    try refuseGaps(current, migrations: migrations)
                     guard !current.contains(migration.version) else { return false }
                     try connection.executeScript(createLedgerSQL)
                     try connection.executeScript(migration.sql)

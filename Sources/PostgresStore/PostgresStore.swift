@@ -331,6 +331,7 @@ public final class PostgresStore: JobStore, @unchecked Sendable {
             if let schema, schema.holdsLedger, !schema.holdsJobs, !applied.isEmpty {
                 throw StoreError.invalidControl(strayLedgerMessage(schema))
             }
+            try PostgresMigrator.refuseGaps(applied)
             if applied.isEmpty && mode != .create {
                 throw StoreError.noDatabase(path: redactedDatabaseURL(url))
             }
@@ -444,6 +445,8 @@ extension StoreError {
             self = .busy(sql: nil)
         case .newerSchema(let found, let known):
             self = .newerSchema(found: found, known: known)
+        case .damagedLedger(let missing, let highest):
+            self = .damagedLedger(missing: missing, highest: highest)
         case .server(let sqlstate, _, _, _, _) where sqlstate == "25006":
             self = .readOnly("\(error)")
         case .conversion(let message):

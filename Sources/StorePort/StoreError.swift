@@ -7,6 +7,11 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case newerSchema(found: Int, known: Int)
     /// A read-only open found a database that still needs migrations (`found` < `known`).
     case olderSchema(found: Int, known: Int)
+    /// The migration ledger lacks versions `missing`, each below `highest`, which it records as applied:
+    /// the ledger was edited or damaged. Nothing was applied: migrations run in order, so one missing
+    /// below the newest was applied once, and running it again rebuilt tables without the columns that
+    /// later migrations added.
+    case damagedLedger(missing: [Int], highest: Int)
     /// The append named a version (`expected`) that is not the job's current one (`actual`).
     case versionConflict(expected: Int, actual: Int)
     /// The append carried lease token `token`, which no longer holds job `jobID` (fencing).
@@ -96,6 +101,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .olderSchema(let found, let known):
             return "the database schema is version \(found) but this jobctl expects \(known), and a read-only open "
                 + "never migrates: run `jobctl migrate` once where the database is writable"
+        case .damagedLedger(let missing, let highest):
+            let versions = missing.map(String.init).joined(separator: ", ")
+            return "the database's migration ledger (schema_migrations) lacks version\(missing.count == 1 ? "" : "s") \(versions), "
+                + "below version \(highest), which it records as applied: the ledger was edited or damaged; nothing was "
+                + "migrated or changed, since applying \(missing.count == 1 ? "that migration" : "those migrations") again "
+                + "would undo later ones. Put the missing ledger rows back (from a backup of the database), or restore the backup"
         case .versionConflict(let expected, let actual):
             return "version conflict: expected the job at version \(expected) but it is at \(actual); "
                 + "someone else changed it first: re-read the job and try again"

@@ -92,4 +92,56 @@ struct DamagedLogTests {
         // A listing that reads no result (`JobFilter.readsResults`) still reads them.
         #expect(try fixture.store.jobs(filter: JobFilter(readsResults: false), passingOver: PassedOver()).count == 2)
     }
+
+    /// A ledger row deleted below the newest: the next writer applied that migration again (on SQLite,
+    /// 009 rebuilt `jobs` without the columns later migrations added) and said the log was upgraded.
+    @Test("a ledger missing a version below its newest is refused on every open, and nothing is applied")
+    func ledgerGapSQLite() throws {
+        let directory = try TemporaryDirectory("damaged-ledger")
+        defer { directory.remove() }
+        let path = directory.file("jobs.db")
+        do { _ = try EventStore(path: path).submit([uploadSpec()], actor: "cli:test", now: 1_000) }
+        do {
+            let connection = try SQLiteConnection(path: path, readOnly: false, create: false)
+            try connection.run("DELETE FROM schema_migrations WHERE version = 9")
+        }
+        let latest = Migrator.latestVersion
+        for mode in [EventStore.OpenMode.readWrite, .readOnly] {
+            do {
+                let store = try EventStore(path: path, mode: mode)
+                Issue.record("\(mode): opened, applying \(store.appliedMigrations)")
+            } catch {
+                print("\(mode) open of a ledger without 9:", error)
+                #expect("\(error)".contains("lacks version 9, below version \(latest)") && "\(error)".contains("nothing was migrated"),
+                        "\(error)")
+            }
+        }
+        let connection = try SQLiteConnection(path: path, readOnly: true, create: false)
+        let columns = try connection.query("SELECT name FROM pragma_table_info('jobs')") { row in row.text(0) }
+        #expect(columns.contains("finished_seq") && columns.contains("lease_expires_at_ms"), "\(columns)")
+        #expect(try connection.first("SELECT count(*) FROM schema_migrations") { row in row.int(0) } == latest - 1)
+    }
+
+    @Test("PostgreSQL: a ledger missing a version below its newest is refused on every open, and nothing is applied")
+    func ledgerGapPostgres() throws {
+        let url = try PostgresServer.shared().makeSchema("damaged-ledger")
+        do { _ = try PostgresStore(url: url, mode: .create).submit([uploadSpec()], actor: "cli:test", now: 1_000) }
+        do {
+            let store = try PostgresStore(url: url, mode: .readWrite)
+            _ = try store.withConnection { (connection) throws(StoreError) in
+                try connection.store("DELETE FROM schema_migrations WHERE version = 14")
+            }
+        }
+        let latest = PostgresMigrator.latestVersion
+        for mode in [PostgresStore.OpenMode.readWrite, .readOnly] {
+            do {
+                let store = try PostgresStore(url: url, mode: mode)
+                Issue.record("\(mode): opened, applying \(store.appliedMigrations)")
+            } catch {
+                print("\(mode) open of a ledger without 14:", error)
+                #expect("\(error)".contains("lacks version 14, below version \(latest)") && "\(error)".contains("nothing was migrated"),
+                        "\(error)")
+            }
+        }
+    }
 }
