@@ -130,9 +130,10 @@ struct LineChecker {
     var lineNumber: Int { number }
     private var header: ArchiveHeader?
     private let contentDigest = Digest(.sha256)
-    private var lastSeq: Int64 = 0
+    private var order = ArchiveEventOrder()
+    private var lastSeq: Int64 { order.lastSeq }
     private var firstSeq: Int64?
-    private var versions: [String: Int] = [:]
+    private var versions: [String: Int] { order.versions }
     private var events = 0
     private var blobs = 0
     /// The blob line being read: its base64 decoded, hashed and counted as it comes.
@@ -244,20 +245,10 @@ struct LineChecker {
         case .event:
             let found = try ArchiveJSON.decode(ArchiveEventLine.self, line, number: number, what: kind.lineName)
             try checkRecord(found.record)
-            guard found.seq > lastSeq else {
-                throw RetentionError.invalidArchive("line \(number): event seq \(found.seq) does not follow seq \(lastSeq)")
+            if let problem = order.problem(seq: found.seq, jobID: found.jobId, version: found.version, type: found.type) {
+                throw RetentionError.invalidArchive("line \(number): \(problem)")
             }
-            let expected = (versions[found.jobId] ?? 0) + 1
-            guard found.version == expected else {
-                throw RetentionError.invalidArchive("line \(number): job \(found.jobId) goes to version \(found.version) where "
-                    + "\(expected) was expected (each job's events must run from version 1 without a gap)")
-            }
-            guard EventType(rawValue: found.type) != nil else {
-                throw RetentionError.invalidArchive("line \(number): unknown event type '\(found.type)'")
-            }
-            versions[found.jobId] = found.version
             if firstSeq == nil { firstSeq = found.seq }
-            lastSeq = found.seq
             events += 1
             try event(found.row)
         case .trailer:
@@ -448,5 +439,28 @@ struct Base64Stream {
     mutating func finish() -> Data? {
         defer { pending = Data() }
         return Data(base64Encoded: pending)
+    }
+}
+
+/// The order an archive's events must keep, as the reader checks it line by line and as
+/// `ArchiveWriter.check` checks a selection before anything is written: seqs increasing, each job's
+/// versions contiguous from 1, every type one jobctl knows.
+struct ArchiveEventOrder {
+    private(set) var lastSeq: Int64 = 0
+    /// Each job's last version taken.
+    private(set) var versions: [String: Int] = [:]
+
+    /// Takes the next event; what is wrong with it (nothing taken then), or nil.
+    mutating func problem(seq: Int64, jobID: String, version: Int, type: String) -> String? {
+        guard seq > lastSeq else { return "event seq \(seq) does not follow seq \(lastSeq)" }
+        let expected = (versions[jobID] ?? 0) + 1
+        guard version == expected else {
+            return "job \(jobID) goes to version \(version) where \(expected) was expected (each job's events must run from "
+                + "version 1 without a gap)"
+        }
+        guard EventType(rawValue: type) != nil else { return "unknown event type '\(type)'" }
+        versions[jobID] = version
+        lastSeq = seq
+        return nil
     }
 }

@@ -50,16 +50,7 @@ public enum ArchiveWriter {
             }
             try sink.line(try ArchiveJSON.encode(header))
             for row in selection.rows {
-                let line = try ArchiveJSON.encode(ArchiveEventLine(row))
-                // The reader refuses an event line past its limit (a crafted file's endless line): one
-                // written past it would be read back as damaged after the whole file was written.
-                let limit = ArchiveRecordKind.event.maximumLineBytes
-                guard line.count <= limit else {
-                    throw RetentionError.io("job \(row.jobID)'s event \(row.version) (seq \(row.seq)) takes \(line.count) bytes as "
-                        + "an archive line, more than the \(limit) an archive's event line may hold; nothing was archived: "
-                        + "archive with an earlier --before to leave that job in the log")
-                }
-                try sink.line(line)
+                try sink.line(try eventLine(row))
             }
             for blob in selection.blobs {
                 try sink.line(try ArchiveJSON.encode(ArchiveBlobLine(sha256: blob.sha256, size: blob.data.count,
@@ -85,6 +76,45 @@ public enum ArchiveWriter {
         } catch {
             if !closed { close(descriptor) }
             throw error
+        }
+    }
+
+    /// `row` as an archive's event line. The reader refuses an event line past its limit (a crafted
+    /// file's endless line): one written past it would be read back as damaged after the whole file was
+    /// written.
+    private static func eventLine(_ row: LogRow) throws(RetentionError) -> Data {
+        let line = try ArchiveJSON.encode(ArchiveEventLine(row))
+        let limit = ArchiveRecordKind.event.maximumLineBytes
+        guard line.count <= limit else {
+            throw RetentionError.io("job \(row.jobID)'s event \(row.version) (seq \(row.seq)) takes \(line.count) bytes as "
+                + "an archive line, more than the \(limit) an archive's event line may hold; nothing was archived: "
+                + "archive with an earlier --before to leave that job in the log")
+        }
+        return line
+    }
+
+    /// What writing `selection` and reading the file back (`ArchiveReader.read`) would refuse about its
+    /// contents, found without writing anything: each event line's size, the events' order (each job's
+    /// versions from 1 without a gap: `ArchiveEventOrder`), every job with its events, every blob's
+    /// bytes against its hash. `archive --dry-run` said "would archive" for a log the real archive then
+    /// refused (an event missing from a job's history); both run this first, so both refuse alike.
+    /// Throws `unarchivable` with what is wrong.
+    public static func check(_ selection: ArchiveSelection) throws(RetentionError) {
+        var order = ArchiveEventOrder()
+        for row in selection.rows {
+            _ = try eventLine(row)
+            if let problem = order.problem(seq: row.seq, jobID: row.jobID, version: row.version, type: row.type) {
+                throw RetentionError.unarchivable("event \(row.seq): \(problem)")
+            }
+        }
+        if let missing = selection.jobs.first(where: { order.versions[$0.id] == nil }) {
+            throw RetentionError.unarchivable("job \(missing.id) has no events in the log")
+        }
+        for blob in selection.blobs {
+            let digest = Digest.sha256Hex(blob.data)
+            guard digest == blob.sha256 else {
+                throw RetentionError.unarchivable("blob \(blob.sha256) does not match its bytes (\(blob.data.count) bytes, sha256 \(digest))")
+            }
         }
     }
 

@@ -78,6 +78,13 @@ extension Commands {
                                          + "could not be read back")
                 }
             }
+            // What writing the file and reading it back would refuse, refused before either — by the dry
+            // run as by the real one, which said "would archive" for a log the real run then refused.
+            do throws(RetentionError) {
+                try ArchiveWriter.check(selection)
+            } catch {
+                throw CommandFailure("\(error)")
+            }
             if dryRun || selection.isEmpty {
                 views["archive"] = try reportSelection(selection, dryRun: dryRun, json: json)
             } else if let target {
