@@ -290,30 +290,34 @@ struct BulkControl {
 
     private func printLine(_ decision: Decision, context: Context) {
         let state = JobState(rawValue: decision.state).map { context.paint(state: $0) } ?? decision.state
-        let with = decision.dependant_of.map { " (dependant of \($0))" } ?? ""
+        // Ids and reasons are the log's text (a reason may quote a stored error): shown as `list` shows
+        // them, control characters as `\u{…}`, never sent to the terminal raw.
+        let with = decision.dependant_of.map { " (dependant of \(TerminalText.printable($0)))" } ?? ""
+        let id = TerminalText.printable(decision.id)
+        let reason = decision.reason.map(TerminalText.printable)
         switch (decision.outcome, dryRun) {
         case ("kept", _):
-            emit("\(decision.id)  \(state)  left cancelled\(with): \(decision.reason ?? "")")
+            emit("\(id)  \(state)  left cancelled\(with): \(reason ?? "")")
         case ("changed", true) where decision.dependant_of != nil:
-            emit("\(decision.id)  \(state)  would append \(decision.events.joined(separator: ", "))\(with)")
+            emit("\(id)  \(state)  would append \(decision.events.joined(separator: ", "))\(with)")
         case ("changed", false) where decision.dependant_of != nil:
-            emit("\(decision.id)  \(decision.state_before) → \(state)  (\(decision.events.joined(separator: ", ")))\(with)")
+            emit("\(id)  \(decision.state_before) → \(state)  (\(decision.events.joined(separator: ", ")))\(with)")
         case ("repeat", _) where decision.reason != nil:
-            emit("\(decision.id)  \(state)  (\(decision.reason ?? ""))")
+            emit("\(id)  \(state)  (\(reason ?? ""))")
         case ("refused", _):
-            emitError("Error: \(decision.id): \(decision.reason ?? "refused")")
+            emitError("Error: \(id): \(reason ?? "refused")")
         case ("unknown", _):
-            emitError("Error: \(decision.id): outcome unknown: \(decision.reason ?? "its COMMIT went unanswered")")
+            emitError("Error: \(id): outcome unknown: \(reason ?? "its COMMIT went unanswered")")
         case ("no longer selected", _):
-            emit("\(decision.id)  \(state)  (\(decision.reason ?? "no longer selected"))")
+            emit("\(id)  \(state)  (\(reason ?? "no longer selected"))")
         case ("repeat", true):
-            emit("\(decision.id)  \(state)  already so; nothing would change")
+            emit("\(id)  \(state)  already so; nothing would change")
         case ("repeat", false):
-            emit("\(decision.id)  \(state)  (already so; nothing changed)")
+            emit("\(id)  \(state)  (already so; nothing changed)")
         case (_, true):
-            emit("\(decision.id)  \(state)  would append \(decision.events.joined(separator: ", "))")
+            emit("\(id)  \(state)  would append \(decision.events.joined(separator: ", "))")
         default:
-            emit("\(decision.id)  \(decision.state_before) → \(state)  (\(decision.events.joined(separator: ", ")))")
+            emit("\(id)  \(decision.state_before) → \(state)  (\(decision.events.joined(separator: ", ")))")
         }
     }
 

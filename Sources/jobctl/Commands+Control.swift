@@ -97,7 +97,7 @@ extension Commands {
                     if !json {
                         var note = record.pauseRequested ? " (pause requested)" : record.cancelRequested ? " (cancel requested)" : ""
                         if outcome.isRepeat { note += " (already so; nothing changed)" }
-                        emit("\(record.id)  \(context.paint(state: record.state))\(note)")
+                        emit("\(TerminalText.printable(record.id))  \(context.paint(state: record.state))\(note)")
                     }
                 } catch {
                     if case StoreError.commitUnconfirmed(let loss) = error {
@@ -146,9 +146,10 @@ extension Commands {
                 opened.formUnion(outcome.reopened.map(\.id))
                 kept += outcome.kept
                 if !json {
-                    emit("\(outcome.job.record.id)  \(context.paint(state: outcome.job.record.state))")
+                    emit("\(TerminalText.printable(outcome.job.record.id))  \(context.paint(state: outcome.job.record.state))")
                     for dependant in outcome.reopened {
-                        emit("\(dependant.id)  \(context.paint(state: dependant.state))  (reopened with \(outcome.job.record.id))")
+                        emit(TerminalText.printable(dependant.id) + "  \(context.paint(state: dependant.state))  "
+                             + TerminalText.printable("(reopened with \(outcome.job.record.id))"))
                     }
                 }
             } catch {

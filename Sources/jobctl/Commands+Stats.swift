@@ -36,7 +36,7 @@ extension Commands {
         var lines: [String] = []
         let queues = StatsView.queueNames(stats)
         if queues.isEmpty {
-            lines.append(stats.queue.map { "no jobs in queue \($0)" } ?? "no jobs")
+            lines.append(stats.queue.map { "no jobs in queue \(TerminalText.printable($0))" } ?? "no jobs")
         } else {
             let rows = queues.map { queue -> [String] in
                 let counts = states.map { state in stats.counts.first { $0.queue == queue && $0.state == state }?.count ?? 0 }
@@ -48,7 +48,11 @@ extension Commands {
         }
         lines.append("")
         if let oldest = stats.oldestQueued {
-            var line = "oldest queued: \(oldest.jobID) (\(oldest.queue)), submitted \(TimeText.age(oldest.createdAtMs, now: stats.nowMs)) ago"
+            // The id, queue and worker names below are the rows' own text: a worker's name is whatever its
+            // `--name` said, and a log written by hand or a newer jobctl may hold anything. Shown as `list`
+            // and `show` show them (`TerminalText.printable`), or an ESC in one retitled or recoloured the
+            // reader's terminal; `--json` keeps them exact.
+            var line = "oldest queued: \(TerminalText.printable(oldest.jobID)) (\(TerminalText.printable(oldest.queue))), submitted \(TimeText.age(oldest.createdAtMs, now: stats.nowMs)) ago"
             if oldest.runAfterMs > stats.nowMs {
                 line += ", runs in \(TimeText.duration(seconds: TimeText.between(stats.nowMs, oldest.runAfterMs) / 1000 + 1))"
             }
@@ -61,14 +65,15 @@ extension Commands {
         } else {
             lines.append("running:")
             for worker in StatsView.workers(stats) {
-                lines.append("  \(worker.owner): \(plural(worker.leases.count, "job"))")
+                lines.append("  \(TerminalText.printable(worker.owner)): \(plural(worker.leases.count, "job"))")
                 for lease in worker.leases {
                     let expiry = lease.expiresAtMs.map { expires in
                         expires >= stats.nowMs
                             ? "lease expires in \(TimeText.duration(seconds: TimeText.between(stats.nowMs, expires) / 1000))"
                             : "lease expired \(TimeText.duration(seconds: TimeText.between(expires, stats.nowMs) / 1000)) ago"
                     } ?? "no live lease"
-                    lines.append("    \(lease.jobID)  \(TerminalText.storedName(lease.kind))  \(lease.queue)  \(expiry)")
+                    lines.append("    \(TerminalText.printable(lease.jobID))  \(TerminalText.storedName(lease.kind))  "
+                                 + "\(TerminalText.printable(lease.queue))  \(expiry)")
                 }
             }
         }

@@ -102,7 +102,7 @@ final class Watcher {
                 if job.state.isFinal {
                     bar.finish()
                     if !json {
-                        emitLine("\(job.id) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
+                        emitLine("\(TerminalText.printable(job.id)) \(display.stateLine(job.state, job.error, paint: context.paint(state:)))")
                     }
                     return job.state == .succeeded ? ExitCode.ok : ExitCode.failure
                 }
@@ -152,7 +152,7 @@ final class Watcher {
                 if tally.keys.allSatisfy(\.isFinal) {
                     whole?.finish()
                     if !json {
-                        emitLine("batch \(batch): \(BatchProgress.outcomes(tally))")
+                        emitLine("batch \(TerminalText.printable(batch)): \(BatchProgress.outcomes(tally))")
                     }
                     return tally.keys.allSatisfy { $0 == .succeeded } ? ExitCode.ok : ExitCode.failure
                 }
@@ -308,7 +308,8 @@ final class Watcher {
         }
         bar.interrupt()
         above?.clear()
-        emitLine("\(RFC3339.string(event.atMs))  \(event.jobID)  \(label)  \(TerminalText.printable(Describe.event(event, display: display)))")
+        emitLine("\(RFC3339.string(event.atMs))  \(TerminalText.printable(event.jobID))  \(TerminalText.printable(label))  "
+                 + TerminalText.printable(Describe.event(event, display: display)))
     }
 
     /// Events that end an attempt without ending the job: `watch` shows them as lines of their own

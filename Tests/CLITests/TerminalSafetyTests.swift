@@ -99,6 +99,37 @@ import TestSupport
         #expect(keyed["key"] as? String == "k\(Self.hostile)")
     }
 
+    /// `stats` printed the names it reads from the rows as they were: a worker named with an OSC title
+    /// and a colour (`--name`, or a log written by hand or by a newer jobctl) retitled and recoloured
+    /// the terminal of whoever ran it, through the running jobs' worker line and the oldest queued job's
+    /// queue. They are shown as `list` and `show` show such text; `--json` keeps them exact.
+    @Test func statsShowsWorkerAndQueueNamesEscaped() throws {
+        let workspace = try CLIWorkspace("terminal-safety-stats")
+        defer { workspace.directory.remove() }
+        let store = try EventStore(path: workspace.database)
+        let now = Clock.nowMs()
+        let owner = "w:\(Self.hostile)"
+        var running = JobSpec(kind: .uploadData, destination: "file:///tmp/bucket/r", data: Data("hi".utf8))
+        running.queue = "r\(Self.hostile)"
+        _ = try store.submit([running], actor: "cli:test", now: now)
+        _ = try #require(try store.claim(owner: owner, queues: nil, limit: 1, leaseMs: 60_000, now: now).first)
+        var queued = JobSpec(kind: .uploadData, destination: "file:///tmp/bucket/q", data: Data("hi".utf8))
+        queued.queue = "q\(Self.hostile)"
+        _ = try store.submit([queued], actor: "cli:test", now: now + 1)
+
+        let output = try workspace.jobctl(["stats"])
+        #expect(output.status == 0, "\(output.stderr)")
+        #expect(Self.controls(in: output.stdout).isEmpty, "stats sent \(Self.controls(in: output.stdout)):\n\(output.stdout)")
+        #expect(output.stdout.contains(#"  w:deny \u{1B}[31mRED\u{1B}]0;pwned\u{7} "#), "\(output.stdout)")
+        #expect(output.stdout.contains(#"(qdeny \u{1B}[31mRED"#), "\(output.stdout)")
+        #expect(output.stdout.contains(#"  rdeny \u{1B}[31mRED"#), "\(output.stdout)")
+
+        let json = try #require(try workspace.json(["stats", "--json"]) as? [String: Any])
+        let workers = try #require(json["running"] as? [[String: Any]])
+        #expect(workers.first?["worker"] as? String == owner, "\(json)")
+        #expect((json["oldest_queued"] as? [String: Any])?["queue"] as? String == queued.queue, "\(json)")
+    }
+
     /// JSON output went out as `JSONEncoder` wrote it, which escapes C0 controls only: `jobctl result` of
     /// a get-metadata job (its text form is the object's metadata as JSON) sent a custom value's U+202E and
     /// 8-bit CSI to the terminal, and `list --json` a key's DEL. Every JSON output now writes DEL, the C1
