@@ -72,7 +72,7 @@ extension Commands {
         }
         if waits.contains(where: { !($0 ?? []).isEmpty }) {
             columns.append(TableColumn("WAITING FOR", dropRank: 7))
-            for (index, wait) in waits.enumerated() { rows[index].append(DependencyStates.text(wait)) }
+            for (index, wait) in waits.enumerated() { rows[index].append(dependencies.text(wait)) }
         }
         // Why a job failed (or its last attempt did, for one queued for a retry), by its error's name: a
         // `list --state failed` said only "failed", and each job's `show` said why.
@@ -136,7 +136,7 @@ extension Commands {
         if let key = job.spec.key { lines.append(("key", key)) }
         if let after = job.spec.after { lines.append(("after", DependencyStates.listed(after, atMost: DependencyStates.shownIDs))) }
         if let waiting, !waiting.isEmpty {
-            lines.append(("waiting", "waiting for " + DependencyStates.listed(waiting, atMost: DependencyStates.shownIDs)))
+            lines.append(("waiting", "waiting for " + DependencyStates.listed(dependencies.shown(waiting), atMost: DependencyStates.shownIDs)))
         }
         if let batch = job.spec.batch {
             lines.append(("batch", batch.id))
@@ -490,6 +490,9 @@ enum HistoryEntry: Equatable {
 struct DependencyStates {
     let store: any JobStore
     private var succeeded: [String: Bool] = [:]
+    /// The dependencies this jobctl cannot read — of a kind, or with an event of a type, a newer jobctl
+    /// wrote — by id, with what it does not know (`of kind 'K'`): waited for all the same, and named so.
+    private(set) var newer: [String: String] = [:]
 
     init(store: any JobStore) {
         self.store = store
@@ -497,12 +500,23 @@ struct DependencyStates {
 
     /// The ids among `job`'s `after:` that have not succeeded, for a queued or paused job (a dependency no
     /// longer in the log, archived, no longer holds it back); nil for any other job or one without `after:`.
+    ///
+    /// A dependency a newer jobctl wrote is taken by its stored state (as `stats` counts it), read without
+    /// its spec: reading the whole job threw, and one such dependency made `list` and `show` of every
+    /// job waiting for it fail ("upgrade this one"), where those commands read around such jobs.
     mutating func waitingFor(_ job: JobRecord) throws -> [String]? {
         guard let after = job.spec.after, job.state == .queued || job.state == .paused else { return nil }
         var waiting: [String] = []
         for id in after {
             if succeeded[id] == nil {
-                let state = try store.job(id)?.state
+                let state: JobState?
+                do throws(StoreError) {
+                    state = try store.job(id)?.state
+                } catch {
+                    guard let unknown = Self.newerNote(error) else { throw error }
+                    newer[id] = unknown
+                    state = try store.controlStates(ids: [id]).first?.state
+                }
                 succeeded[id] = state == nil || state == .succeeded
             }
             if succeeded[id] == false { waiting.append(id) }
@@ -510,11 +524,28 @@ struct DependencyStates {
         return waiting
     }
 
+    /// What this jobctl does not know of a job it could not read because a newer jobctl wrote it, or nil
+    /// for any other error.
+    private static func newerNote(_ error: StoreError) -> String? {
+        switch error {
+        case .unknownKind(_, let kind): "of kind '\(TerminalText.storedName(kind))'"
+        case .unknownEventType(_, let type): "with an event of type '\(TerminalText.storedName(type))'"
+        default: nil
+        }
+    }
+
+    /// `ids` for people: each dependency a newer jobctl wrote followed by what this one does not know of it.
+    func shown(_ ids: [String]) -> [String] {
+        ids.map { id in newer[id].map { "\(id) (a job \($0), which only a newer jobctl runs)" } ?? id }
+    }
+
     /// "waiting for 01ABCDEFGH…, 01DEFGHJKM…" for a table cell (at most `cellIDs` ids, then "and N
     /// more"), "-" for none.
-    static func text(_ waiting: [String]?) -> String {
+    func text(_ waiting: [String]?) -> String {
         guard let waiting, !waiting.isEmpty else { return "-" }
-        return "waiting for " + listed(waiting.map { $0.count > 10 ? $0.prefix(10) + "…" : $0 }, atMost: cellIDs)
+        return "waiting for " + Self.listed(waiting.map { id in
+            (id.count > 10 ? id.prefix(10) + "…" : id) + (newer[id] == nil ? "" : " (a newer jobctl's)")
+        }, atMost: Self.cellIDs)
     }
 
     /// Ids a `list` cell names; `show` names up to `shownIDs`. A job after 10,000 others printed every id:

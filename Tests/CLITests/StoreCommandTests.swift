@@ -636,6 +636,48 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         }
     }
 
+    /// A job waiting (`after:`) for a job a newer jobctl wrote — of a kind, or with an event of a type,
+    /// this one does not know — made `list` and `show` of the waiting job fail whole ("job … is of kind
+    /// 'new-kind' … upgrade this one", exit 1): each read its dependencies whole. They read the
+    /// dependency's stored state now, and name it as a newer jobctl's job that is waited for. (A job
+    /// with a newer event is read as stored, as `stats` counts it: waited for, and no failure.)
+    @Test("list and show name a dependency a newer jobctl wrote as waited for, and do not fail", arguments: StoreEngine.allCases)
+    func dependencyOfANewerKindIsShownAsWaitedFor(engine: StoreEngine) throws {
+        let workspace = try CLIWorkspace("unknown-kind-dependency", engine: engine)
+        defer { workspace.directory.remove() }
+        let manifest = try workspace.write("m.yaml", """
+            jobs:
+              - {kind: upload-data, data: q, destination: file://b/q.txt, key: q}
+              - {kind: upload-data, data: dq, destination: file://b/dq.txt, key: dq, after: [q]}
+              - {kind: upload-data, data: r, destination: file://b/r.txt, key: r}
+              - {kind: upload-data, data: dr, destination: file://b/dr.txt, key: dr, after: [r]}
+            """)
+        let submitted = try workspace.jobctl(["submit", manifest], environment: ["JOBCTL_BUCKETS": workspace.directory.file("buckets")])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        try #require(ids.count == 4)
+        try Self.edit(workspace, engine, "UPDATE jobs SET kind = 'new-kind' WHERE id = '\(ids[0])'")
+        try Self.appendNewerEvent(workspace, engine, jobID: ids[2])
+
+        let listed = try workspace.jobctl(["list"], environment: ["COLUMNS": "400"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let rows = listed.stdout.split(separator: "\n")
+        let waiting = try #require(rows.first { $0.hasPrefix(ids[1]) }, "\(listed.stdout)")
+        #expect(waiting.contains("waiting for \(ids[0].prefix(10))… (a newer jobctl's)"), "\(listed.stdout)")
+        let waitingForEvent = try #require(rows.first { $0.hasPrefix(ids[3]) }, "\(listed.stdout)")
+        #expect(waitingForEvent.contains("waiting for \(ids[2].prefix(10))…"), "\(listed.stdout)")
+        #expect(listed.stderr.contains("1 job of kind 'new-kind', which this jobctl does not know, was not listed"), "\(listed.stderr)")
+
+        let shown = try workspace.jobctl(["show", "dq"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(shown.stdout.contains("waiting for \(ids[0]) (a job of kind 'new-kind', which only a newer jobctl runs)"), "\(shown.stdout)")
+        let shownForEvent = try workspace.jobctl(["show", "dr"])
+        #expect(shownForEvent.status == 0, "\(shownForEvent.stderr)")
+        #expect(shownForEvent.stdout.contains("waiting for \(ids[2])"), "\(shownForEvent.stdout)")
+        let json = try #require(try workspace.json(["show", "dq", "--json"]) as? [String: Any])
+        #expect(json["waiting_for"] as? [String] == [ids[0]], "\(json)")
+    }
+
     /// Appends, behind jobctl's back, what a newer jobctl would to job `id`: an event of a type this one
     /// does not know (`hold_requested`, as a newer "hold this job" might be), its version the job's next,
     /// with the job's row at that version.
