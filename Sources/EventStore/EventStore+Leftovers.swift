@@ -70,6 +70,24 @@ extension EventStore {
     /// The rows of `sql` (the columns of `finishedLeftoverSQL`) as records.
     private static func finishedTransfers(_ connection: SQLiteConnection, _ sql: String,
                                           _ values: [SQLiteValue]) throws(StoreError) -> [FinishedTransferRecord] {
+        do throws(StoreError) {
+            return try finishedTransferRows(connection, sql, values)
+        } catch {
+            throw MalformedPayload.described(error, on: connection, locate: malformedSubmittedSQL, [])
+        }
+    }
+
+    /// The first final job of the kinds the leftover reads look at whose `submitted` event, which they
+    /// read its destination from, is not JSON: its seq and the job's id.
+    static let malformedSubmittedSQL = """
+        SELECT submitted.seq, jobs.id FROM jobs JOIN events submitted ON submitted.seq = jobs.seq
+        WHERE jobs.kind IN ('download-file', 'upload-file', 'upload-data', 'update-metadata', 'fetch-url')
+          AND jobs.state IN ('succeeded', 'failed', 'cancelled') AND json_valid(submitted.data) = 0
+        ORDER BY submitted.seq LIMIT 1
+        """
+
+    private static func finishedTransferRows(_ connection: SQLiteConnection, _ sql: String,
+                                             _ values: [SQLiteValue]) throws(StoreError) -> [FinishedTransferRecord] {
         try connection.query(sql, values) { (row) throws(StoreError) -> FinishedTransferRecord in
             let id = row.text(0)
             guard let state = JobState(rawValue: row.text(1)), let kind = JobKind(rawValue: row.text(2)) else {

@@ -56,13 +56,19 @@ extension EventStore {
 
             // Counted by SQLite, by type and error code: an hour of outcomes on a busy log is hundreds of
             // thousands of events, and decoding each one was most of the command's time.
-            let groups = try connection.query(Self.recentOutcomesSQL(byQueue: queue != nil),
+            let groups: [StoreStats.OutcomeGroup]
+            do throws(StoreError) {
+                groups = try connection.query(Self.recentOutcomesSQL(byQueue: queue != nil),
                                               [.integer(now - 3_600_000), .integer(now), .integer(now - 60_000)] + queueValues) {
-                row in
-                let recent = row.bool(2)
-                return StoreStats.OutcomeGroup(type: row.text(0), code: row.optionalInt64(1), count: row.int(3),
-                                               countInLastMinute: recent ? row.int(3) : 0,
-                                               bytes: row.int64(4), bytesInLastMinute: recent ? row.int64(4) : 0)
+                    row in
+                    let recent = row.bool(2)
+                    return StoreStats.OutcomeGroup(type: row.text(0), code: row.optionalInt64(1), count: row.int(3),
+                                                   countInLastMinute: recent ? row.int(3) : 0,
+                                                   bytes: row.int64(4), bytesInLastMinute: recent ? row.int64(4) : 0)
+                }
+            } catch {
+                throw MalformedPayload.described(error, on: connection, locate: Self.malformedOutcomeSQL(byQueue: queue != nil),
+                                                 [.integer(now - 3_600_000), .integer(now)] + queueValues)
             }
             let windows = try StoreStats.windows(from: groups)
             var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
@@ -85,6 +91,18 @@ extension EventStore {
     /// job by job through the primary key, never by scanning `jobs`. The condition is spelt as the
     /// index's is since migration 9 (comparisons, not an IN list: see that migration). 200,000 outcomes
     /// of the last hour: ~0.5 s, where decoding each event took ~1.0 s.
+    /// The first outcome event `recentOutcomesSQL` reads (`?1`, `?2`; the queue `?3`) whose payload is not
+    /// JSON, as its seq and job id: which one made it fail.
+    static func malformedOutcomeSQL(byQueue: Bool) -> String {
+        """
+        SELECT seq, job_id FROM events
+        WHERE (type = 'succeeded' OR type = 'failed' OR type = 'attempt_failed') AND at_ms > ?1 AND at_ms <= ?2\(
+            byQueue ? " AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = events.job_id AND jobs.queue = ?3)" : "")
+          AND json_valid(data) = 0
+        ORDER BY seq LIMIT 1
+        """
+    }
+
     static func recentOutcomesSQL(byQueue: Bool) -> String {
         """
         SELECT type, code, recent, count(*), total(bytes) FROM (

@@ -347,6 +347,15 @@ extension PostgresStore {
     /// The rows of `sql` (the columns of `finishedLeftoverSQL`) as records.
     fileprivate static func finishedTransfers(_ connection: PostgresConnection, _ sql: String,
                                               _ values: [PostgresValue]) throws(StoreError) -> [FinishedTransferRecord] {
+        do throws(StoreError) {
+            return try finishedTransferRows(connection, sql, values)
+        } catch {
+            throw MalformedPayload.described(error, reading: "the submitted events of finished jobs that leave local files")
+        }
+    }
+
+    private static func finishedTransferRows(_ connection: PostgresConnection, _ sql: String,
+                                             _ values: [PostgresValue]) throws(StoreError) -> [FinishedTransferRecord] {
         try connection.rows(sql, values) { (row) throws(StoreError) -> FinishedTransferRecord in
             let id = try row.string(0)
             guard let state = JobState(rawValue: try row.string(1)), let kind = JobKind(rawValue: try row.string(2)) else {

@@ -58,14 +58,19 @@ extension PostgresStore {
             let window = parameters.count
             // Counted by the server, by type and error code: an hour of outcomes on a busy log is hundreds
             // of thousands of events, each of which was sent and decoded here.
-            let groups = try connection.rows(Self.recentOutcomesSQL(firstTimeParameter: window + 1, byQueue: queue != nil),
+            let groups: [StoreStats.OutcomeGroup]
+            do throws(StoreError) {
+                groups = try connection.rows(Self.recentOutcomesSQL(firstTimeParameter: window + 1, byQueue: queue != nil),
                                              parameters + [.integer(now - 3_600_000), .integer(now), .integer(now - 60_000)]) {
-                (row) throws(StoreError) in
-                let recent = try row.flag(2)
-                let count = Int(try row.integer(3))
-                let bytes = try row.integer(4)
-                return StoreStats.OutcomeGroup(type: try row.string(0), code: try row.optionalInteger(1), count: count,
-                                               countInLastMinute: recent ? count : 0, bytes: bytes, bytesInLastMinute: recent ? bytes : 0)
+                    (row) throws(StoreError) in
+                    let recent = try row.flag(2)
+                    let count = Int(try row.integer(3))
+                    let bytes = try row.integer(4)
+                    return StoreStats.OutcomeGroup(type: try row.string(0), code: try row.optionalInteger(1), count: count,
+                                                   countInLastMinute: recent ? count : 0, bytes: bytes, bytesInLastMinute: recent ? bytes : 0)
+                }
+            } catch {
+                throw MalformedPayload.described(error, reading: "the outcomes of the last hour")
             }
             let windows = try StoreStats.windows(from: groups)
             var stats = StoreStats(nowMs: now, queue: queue, counts: counts, oldestQueued: oldest, running: running,
