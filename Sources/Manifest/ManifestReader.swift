@@ -1273,6 +1273,11 @@ struct ManifestReader {
 
     /// Reports each cycle of `after:` entries among the manifest's keyed jobs once, at the entry that
     /// closes it (`a → b → a`: at b's `a`).
+    ///
+    /// Whether an entry's job is on the path followed is looked up in `positions` (the path's index of
+    /// each of its keys), not by scanning the path: a chain written dependant first (each job `after:`
+    /// the next one) is a path as long as the manifest, and scanning it at every entry made 20,000 jobs
+    /// take 29 s to check, 100,000 longer than anyone waited.
     mutating func reportDependencyCycles() {
         // By bytes, as the log keys jobs (`==` calls NFC and NFD spellings of one key equal).
         var edges: [UTF8Key: [Located<String>]] = [:]
@@ -1280,18 +1285,20 @@ struct ManifestReader {
         var done: Set<UTF8Key> = []
         for (start, _) in dependenciesByKey where !done.contains(UTF8Key(start)) {
             var path: [String] = [start]
+            var positions: [UTF8Key: Int] = [UTF8Key(start): 0]
             var stack: [(key: String, next: Int)] = [(start, 0)]
             while let top = stack.last {
                 let targets = edges[UTF8Key(top.key)] ?? []
                 guard top.next < targets.count else {
                     stack.removeLast()
                     path.removeLast()
+                    positions[UTF8Key(top.key)] = nil
                     done.insert(UTF8Key(top.key))
                     continue
                 }
                 stack[stack.count - 1].next += 1
                 let target = targets[top.next]
-                if let from = path.firstIndex(where: { $0.hasSameUTF8(as: target.value) }) {
+                if let from = positions[UTF8Key(target.value)] {
                     let cycle = (path[from...] + [target.value]).joined(separator: " → ")
                     report(.invalidDependency, "'after' makes a cycle (\(cycle)): these jobs would wait for each other forever; "
                                + "remove one of the entries", at: target.valueMark)
@@ -1299,6 +1306,7 @@ struct ManifestReader {
                 }
                 guard !done.contains(UTF8Key(target.value)), edges[UTF8Key(target.value)] != nil else { continue }
                 stack.append((target.value, 0))
+                positions[UTF8Key(target.value)] = path.count
                 path.append(target.value)
             }
         }
