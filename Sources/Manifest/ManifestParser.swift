@@ -7,6 +7,10 @@ public struct ManifestJob: Sendable, Hashable {
     /// 1-based line and column of the job's first key.
     public var line: Int
     public var column: Int
+    /// 1-based line and column of the job's `key:` value, when it wrote one (each file's job of a folder
+    /// or glob: the folder job's), for an error about the key that the submit finds in the log.
+    public var keyLine: Int?
+    public var keyColumn: Int?
     /// Things the reader left out on purpose (symbolic links in a folder), to tell the user.
     public var notes: [String] = []
     /// For a download-file job whose source is a prefix: what `submit` must list to make its jobs; `spec`

@@ -285,6 +285,8 @@ struct ManifestReader {
             for deferred in deferredBefore..<sourcesAfterDependencies.count { sourcesAfterDependencies[deferred].job = jobs.count }
             for (index, spec) in job.specs.enumerated() {
                 var entry = ManifestJob(spec: spec, line: job.mark.line, column: job.mark.column)
+                entry.keyLine = lastKeyMark?.line
+                entry.keyColumn = lastKeyMark?.column
                 entry.dependencies = lastDependencies.map { dependency in
                     ManifestDependency(name: dependency.value, file: file, line: dependency.valueMark.line,
                                        column: dependency.valueMark.column, source: source)
@@ -378,6 +380,9 @@ struct ManifestReader {
     /// The `after:` entries of the job `readJob` read last.
     private var lastDependencies: [Located<String>] = []
 
+    /// Where the job `readJob` read last wrote its `key:` value, if it wrote one.
+    private var lastKeyMark: SourceMark?
+
     /// The `after:` entries of the jobs read so far, by the job's key (jobs without a key cannot be named).
     private var dependenciesByKey: [(key: String, entries: [Located<String>])] = []
 
@@ -432,6 +437,7 @@ struct ManifestReader {
         }
         var own = readFields(pairs, inDefaults: false)
         lastDependencies = own.after?.value ?? []
+        lastKeyMark = own.key?.valueMark
         if let bucket = defaults.bucket?.value, let kind = own.merged(over: defaults).kind?.value {
             own.resolveRelativeReference(of: kind, against: bucket)
         }

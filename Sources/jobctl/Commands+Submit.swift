@@ -108,6 +108,8 @@ extension Commands {
         var listingNotes: [String] = []
         // Where each spec's job was written: its manifest, line and column.
         var origins: [(path: String, line: Int, column: Int)] = []
+        // Where each spec's key was written (its job's place when it has none).
+        var keyOrigins: [(path: String, line: Int, column: Int)] = []
         if failures.isEmpty {
             let expanded = try expandPrefixes(manifestJobs, context: context)
             specs = expanded.specs
@@ -115,6 +117,10 @@ extension Commands {
             failures += expanded.failures
             if failures.isEmpty {
                 origins = expanded.origins.map { (path: manifestPaths[$0], line: manifestJobs[$0].line, column: manifestJobs[$0].column) }
+                keyOrigins = expanded.origins.map { job in
+                    (path: manifestPaths[job], line: manifestJobs[job].keyLine ?? manifestJobs[job].line,
+                     column: manifestJobs[job].keyColumn ?? manifestJobs[job].column)
+                }
                 failures += repeatedKeys(specs, origins: origins)
                 if failures.isEmpty { failures += repeatedDestinations(specs, origins: origins, localBuckets: context.localBucketsDirectory) }
             }
@@ -167,6 +173,20 @@ extension Commands {
             emitError("Error: nothing was submitted")
             return ExitCode.dataError
         }
+        // A key the log already holds for another spec: at the key, as the manifest's other errors are
+        // (it was a bare "Error: idempotency key … already names job …", exit 1, naming no manifest).
+        func keyConflict(_ key: String, existingID: String) -> Int32 {
+            let message = "idempotency key '\(TerminalText.printable(key))' already names job \(existingID) in the log, submitted with a "
+                + "different spec; give this job a new key, or submit the same spec to get \(existingID) back"
+            if let index = specs.firstIndex(where: { $0.key?.hasSameUTF8(as: key) == true }), index < keyOrigins.count {
+                let place = keyOrigins[index]
+                emitError("\(TerminalText.printable(place.path)):\(place.line):\(place.column): error: \(message)")
+            } else {
+                emitError("Error: \(message)")
+            }
+            emitError("Error: nothing was submitted")
+            return ExitCode.dataError
+        }
         if arguments[Options.dryRun] {
             // Planned against the log as `submit` plans (its `after:` names, keys already there, cycles),
             // read only; with no log yet, against an empty one (which is what `submit` would create).
@@ -189,6 +209,8 @@ extension Commands {
                 return ambiguousDependency(error.dependencyName ?? "", error)
             } catch StoreError.dependencyCycle(let indices) {
                 return dependencyCycle(indices)
+            } catch StoreError.keyConflict(let key, let existingID) {
+                return keyConflict(key, existingID: existingID)
             }
             if arguments[Options.json] {
                 emit(try jsonText(specs.map { SpecView($0, display: display) }))
@@ -214,6 +236,8 @@ extension Commands {
             return ambiguousDependency(error.dependencyName ?? "", error)
         } catch StoreError.dependencyCycle(let indices) {
             return dependencyCycle(indices)
+        } catch StoreError.keyConflict(let key, let existingID) {
+            return keyConflict(key, existingID: existingID)
         } catch StoreError.commitUnconfirmed(let loss) {
             throw CommandFailure(LostCommit.submit(loss: loss))
         }

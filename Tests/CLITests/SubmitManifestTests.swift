@@ -120,6 +120,35 @@ import Glibc
         #expect(try workspace.jobctl(["submit", first]).stdout == once.stdout)
     }
 
+    /// A key the log already holds for another spec was refused with a bare error (exit 1, "Error:
+    /// idempotency key 'ka' already names job …"), naming no manifest, where every other error of the
+    /// plan is `file:line:col: error:` and exit 65. It is refused at the key now, with and without
+    /// `--dry-run`.
+    @Test func aKeyTheLogHoldsForAnotherSpecIsRefusedAtTheKey() throws {
+        let workspace = try CLIWorkspace("key-conflict")
+        defer { workspace.directory.remove() }
+        let first = try workspace.write("one.yaml", """
+            - {kind: upload-data, destination: "file://b/x", key: ka, data: "one"}
+            """)
+        let submitted = try workspace.jobctl(["submit", first])
+        try #require(submitted.status == 0, "\(submitted.stderr)")
+        let existing = try #require(submitted.stdout.split(separator: "\n").first.map(String.init))
+
+        let changed = try workspace.write("two.yaml", """
+            - {kind: upload-data, destination: "file://b/x", key: ka, data: "two"}
+            """)
+        for dryRun in [[], ["--dry-run"]] {
+            let refused = try workspace.jobctl(["submit"] + dryRun + [changed])
+            #expect(refused.status == 65, "\(dryRun): \(refused.stderr)")
+            #expect(refused.stderr.contains("two.yaml:1:55: error: idempotency key 'ka' already names job \(existing) in the log, "
+                                            + "submitted with a different spec"), "\(dryRun): \(refused.stderr)")
+            #expect(refused.stderr.contains("Error: nothing was submitted"), "\(dryRun): \(refused.stderr)")
+        }
+
+        let jobs = try #require(try workspace.json(["list", "--json"]) as? [[String: Any]])
+        #expect(jobs.count == 1)
+    }
+
     /// Keys are told apart by their bytes, as the log tells them apart: a folder holding `café` (NFC)
     /// and `cafe\u{301}` (NFD) uploads as two jobs under a key, and two jobs keyed so are two jobs. The
     /// manifest, the expanded keys' check and the submit plan compared with `==`, which calls the two
