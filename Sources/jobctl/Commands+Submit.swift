@@ -137,9 +137,15 @@ extension Commands {
         let display = Display.redacting
         // Where an `after:` name that means no job was written: the manifest's entry, with a caret under it.
         func unknownDependency(_ name: String) -> Int32 {
-            let message = "'after' names '\(name)', which is neither the key of a job in the manifests nor a key, id or "
+            var message = "'after' names '\(name)', which is neither the key of a job in the manifests nor a key, id or "
                 + "unique id prefix of a job in the log; name a job that exists (`jobctl list` shows them; a job "
                 + "`jobctl archive` moved out of the log is named by nothing)"
+            // The key of a folder, glob or prefix job is its files' jobs' (`KEY/PATH`), not a job's own:
+            // the user wrote it, and was told it was the key of no job in the manifests.
+            if let file = specs.first(where: { $0.batch != nil && $0.key?.utf8.starts(with: (name + "/").utf8) == true })?.key {
+                message = "'after' names '\(name)', the key of a folder, glob or prefix job, which is not one job: its key names each "
+                    + "of its files' jobs as '\(name)/<relative path>' ('\(file)', …); list in 'after' the ones this job waits for"
+            }
             let entry = manifestJobs.lazy.flatMap(\.dependencies).first { $0.name == name }
             emitError(entry.map { ManifestErrors([$0.error(message)]).render() } ?? "Error: \(message)")
             emitError("Error: nothing was submitted")

@@ -149,6 +149,31 @@ import Glibc
         #expect(jobs.count == 1)
     }
 
+    /// `after: [up]`, `up` the key of a folder upload, was "'up' … is neither the key of a job in the
+    /// manifests nor …": the user had written that key two lines up. It says what the key names now:
+    /// the folder's files' jobs, each `up/<relative path>`.
+    @Test func afterNamingAFoldersKeySaysItNamesTheFilesJobs() throws {
+        let workspace = try CLIWorkspace("after-folder-key")
+        defer { workspace.directory.remove() }
+        try workspace.write("fold/a.txt", "a\n")
+        let manifest = try workspace.write("m.yaml", """
+            - {kind: upload-file, source: fold/, destination: "file://b/up/", key: up}
+            - {kind: upload-data, data: done, destination: "file://b/done", after: [up]}
+            """)
+        let refused = try workspace.jobctl(["submit", "--dry-run", manifest])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.contains("m.yaml:2:73: error: 'after' names 'up', the key of a folder, glob or prefix job, which is not "
+                                        + "one job: its key names each of its files' jobs as 'up/<relative path>' ('up/a.txt', …)"),
+                "\(refused.stderr)")
+        #expect(!refused.stderr.contains("neither the key of a job"), "\(refused.stderr)")
+        let named = try workspace.write("n.yaml", """
+            - {kind: upload-file, source: fold/, destination: "file://b/up/", key: up}
+            - {kind: upload-data, data: done, destination: "file://b/done", after: [up/a.txt]}
+            """)
+        let planned = try workspace.jobctl(["submit", "--dry-run", named])
+        #expect(planned.status == 0, "\(planned.stderr)")
+    }
+
     /// Keys are told apart by their bytes, as the log tells them apart: a folder holding `café` (NFC)
     /// and `cafe\u{301}` (NFD) uploads as two jobs under a key, and two jobs keyed so are two jobs. The
     /// manifest, the expanded keys' check and the submit plan compared with `==`, which calls the two
