@@ -100,7 +100,9 @@ struct BatchSavepointTests {
         let second = try #require(try store.job(ids[1]))
         #expect(second.state == .running && second.version == 3 && second.startedAtMs == 2_000)
         let report = try store.replay(verify: true)
-        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+        // The refusing trigger is the test's own, which the verify names as one jobctl does not make.
+        let problems = report.problems.filter { !$0.contains("'refuse_second_outcome'") }
+        #expect(report.differences.isEmpty && problems.isEmpty, "\(report.differences) \(problems)")
     }
 
     @Test("a job's later event in the batch starts from its row as an earlier refused event left it, not as that event wrote it")
@@ -137,7 +139,9 @@ struct BatchSavepointTests {
         let second = try #require(try store.job(ids[1]))
         #expect(second.state == .running && second.version == 4 && second.bytesDone == 1)
         let report = try store.replay(verify: true)
-        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+        // The refusing trigger is the test's own, which the verify names as one jobctl does not make.
+        let problems = report.problems.filter { !$0.contains("'refuse_second_outcome'") }
+        #expect(report.differences.isEmpty && problems.isEmpty, "\(report.differences) \(problems)")
     }
 
     @Test("a row write held for a job's next event that fails when it goes out refuses that job's event alone, not the whole commit")
@@ -171,7 +175,9 @@ struct BatchSavepointTests {
         let second = try #require(try store.job(ids[1]))
         #expect(second.state == .running && second.version == 3)
         let report = try store.replay(verify: true)
-        #expect(report.isConsistent, "\(report.differences) \(report.problems)")
+        // The refusing trigger is the test's own, which the verify names as one jobctl does not make.
+        let problems = report.problems.filter { !$0.contains("'refuse_second_outcome'") }
+        #expect(report.differences.isEmpty && problems.isEmpty, "\(report.differences) \(problems)")
     }
     /// The same commit through the held path (one savepoint for the batch, a job's `started` written with
     /// its next event) and with a savepoint per event (nothing held), for a batch that has no failure

@@ -37,7 +37,9 @@ struct ConsecutiveEventsTests {
 
     private func expectConsistent(_ fixture: StoreFixture, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let report = try fixture.store.replay(verify: true)
-        #expect(report.isConsistent, "\(report.differences) \(report.problems)", sourceLocation: sourceLocation)
+        // The counting trigger is the test's own, which the verify names as one jobctl does not make.
+        let problems = report.problems.filter { !$0.contains("'count_row_updates'") }
+        #expect(report.differences.isEmpty && problems.isEmpty, "\(report.differences) \(problems)", sourceLocation: sourceLocation)
     }
 
     @Test("started then the outcome: both appended, the row written once", arguments: Engine.allCases)

@@ -353,7 +353,9 @@ import TestSupport
         }
         #expect(try ids.map { try fixture.store.job($0)?.state } == [.failed, .cancelled, .cancelled])
         #expect(try fixture.scalar("SELECT count(*) FROM events") == before)
-        #expect(try fixture.store.replay(verify: true).isConsistent)
+        // The refusing trigger is the test's own, which the verify names as one jobctl does not make.
+        let report = try fixture.store.replay(verify: true)
+        #expect(report.differences.isEmpty && report.problems.allSatisfy { $0.contains("'refuse_c'") }, "\(report.problems)")
     }
 
     /// A job that waits for two jobs of one cascade (`c` after `a` and `b`, `b` after `a`) is cancelled

@@ -41,6 +41,13 @@ private final class WaitingBackend: StorageBackend {
         }
     }
 
+    /// `replay --verify` finds the projection as the log makes it; the counting trigger is the test's own,
+    /// which it names as one jobctl does not make.
+    static func consistentBesideTheCountingTrigger(_ store: EventStore) throws -> Bool {
+        let report = try store.replay(verify: true)
+        return report.differences.isEmpty && report.problems.allSatisfy { $0.contains("'count_row_updates'") }
+    }
+
     private static func rowUpdates(_ store: EventStore) throws -> Int {
         try store.withConnection { (connection) throws(StoreError) -> Int in
             try connection.first("SELECT n FROM row_updates", []) { $0.int(0) } ?? -1
@@ -70,7 +77,7 @@ private final class WaitingBackend: StorageBackend {
             #expect(events[1].atMs <= events[2].atMs && events[2].atMs <= events[3].atMs)
             #expect(try store.job(job.id)?.startedAtMs == events[2].atMs)
         }
-        #expect(try store.replay(verify: true).isConsistent)
+        #expect(try Self.consistentBesideTheCountingTrigger(store))
     }
 
     /// A transfer that outlasts the hold gets its `started` written while it runs, alone; the stop
@@ -107,6 +114,6 @@ private final class WaitingBackend: StorageBackend {
         _ = try await run.value
         #expect(paused)
         #expect(try store.events(jobID: id).map(\.type) == [.submitted, .claimed, .started, .pauseRequested, .paused])
-        #expect(try store.replay(verify: true).isConsistent)
+        #expect(try Self.consistentBesideTheCountingTrigger(store))
     }
 }
