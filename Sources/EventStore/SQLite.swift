@@ -459,6 +459,13 @@ final class SQLiteConnection {
         }
     }
 
+    /// How many times this connection ran `sql` since it prepared it, or nil when no prepared statement
+    /// of that text is cached: what a test counts of a read a path repeats (a row visited, an event
+    /// decoded), where a time would depend on the machine. See https://www.sqlite.org/c3ref/stmt_status.html
+    func timesRun(_ sql: String) -> Int? {
+        cache[SQLText(sql)].map { Int($0.timesRun) }
+    }
+
     /// Rows changed by the last INSERT/UPDATE/DELETE. See https://www.sqlite.org/c3ref/changes.html
     var changes: Int { Int(sqlite3_changes(handle)) }
 
@@ -533,6 +540,9 @@ final class SQLiteStatement {
     }
 
     deinit { sqlite3_finalize(handle) }
+
+    /// How many times the statement ran to its end or was reset after a step (`SQLITE_STMTSTATUS_RUN`).
+    var timesRun: Int32 { sqlite3_stmt_status(handle, SQLITE_STMTSTATUS_RUN, 0) }
 
     /// Resets the statement and clears its bindings.
     ///
