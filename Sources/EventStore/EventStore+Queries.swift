@@ -109,12 +109,12 @@ extension EventStore {
     }
 
     /// The statement of `nextQueuedJobs(limit:specMentioning:)`: the limit, the `LIKE` pattern. The window
-    /// reads only the claim-order index (it holds `seq`); the state is written out, so the partial
-    /// index applies.
+    /// reads only the claim-order index (it holds `seq`); the index's condition is written out, so the
+    /// partial index applies (the jobs still waiting for another job are not among the next claimed).
     static let nextQueuedJobsSQL = """
         SELECT \(JobRecord.selectColumns) FROM jobs
         WHERE jobs.id IN (SELECT events.job_id
-                          FROM (SELECT seq FROM jobs INDEXED BY jobs_queued_claim_order WHERE state = 'queued'
+                          FROM (SELECT seq FROM jobs INDEXED BY jobs_queued_claim_order WHERE state = 'queued' AND waits_for_jobs = 0
                                 ORDER BY priority DESC, run_after_ms, seq LIMIT ?) AS next
                           JOIN events ON events.seq = next.seq
                           WHERE events.data LIKE ? ESCAPE '\\')

@@ -88,6 +88,7 @@ extension EventStore {
             ReplayDifference(jobID: row.text(0), column: "finished_seq", stored: row.value(1).description,
                              rebuilt: row.value(2).description)
         }
+        differences += try waitFlagDifferences(connection)
 
         if rewrite {
             try fold.refuseRewriteWithProblems()
@@ -191,6 +192,29 @@ extension EventStore {
             })
         // After the fold's own, by job id: as `replay` without `--verify` reports them (ids are ASCII).
         report.differences += finishedSeqDifferences.sorted { $0.jobID < $1.jobID }
+        report.differences += try waitFlagDifferences(connection)
         return report
     }
+
+    /// The jobs whose `waits_for_jobs` (schema 19) disagrees with their rows in `job_dependencies`, by
+    /// job id. The claim trusts the flag alone: a job flagged without a wait would never run, one with a
+    /// wait but not flagged would run before its dependency succeeded. The rows themselves are compared
+    /// with the log apart (`dependencyDifferences`); a rewrite rebuilds both (the table's triggers set
+    /// the flag).
+    /// None before schema 19: a migration's rebuild of the projection (`rebuildProjection`) can run on
+    /// a log that has no flag yet.
+    static func waitFlagDifferences(_ connection: SQLiteConnection) throws(StoreError) -> [ReplayDifference] {
+        let hasFlag = try connection.first("SELECT 1 FROM pragma_table_info('jobs') WHERE name = 'waits_for_jobs'") { _ in true } ?? false
+        guard hasFlag else { return [] }
+        return try connection.query(waitFlagDifferencesSQL) { row in
+            ReplayDifference(jobID: row.text(0), column: "waits_for_jobs", stored: row.value(1).description,
+                             rebuilt: row.value(2).description)
+        }
+    }
+
+    static let waitFlagDifferencesSQL = """
+        SELECT id, waits_for_jobs, waits FROM (
+            SELECT id, waits_for_jobs, EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id) AS waits FROM jobs)
+        WHERE waits_for_jobs != waits ORDER BY id
+        """
 }

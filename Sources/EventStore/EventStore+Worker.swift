@@ -115,8 +115,13 @@ extension EventStore {
     /// The earliest `run_after` among queued jobs in `queues` (nil: any queue): when the next retry is due.
     public func nextRunAfter(queues: [String]?) throws(StoreError) -> Int64? {
         if let queues, queues.isEmpty { return nil }
-        var sql = "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND \(WorkableRows.condition())"
-            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
+        // Only the jobs that wait for nothing (schema 19): across every queue the claim-order index holds
+        // exactly those (the planner's own pick, `jobs_claim (state)`, walked every queued job, the blocked
+        // ones of a long chain too, on every call); with a queue filter `jobs_claim (state, queue,
+        // waits_for_jobs)` seeks to them.
+        let index = queues == nil ? " INDEXED BY jobs_queued_claim_order" : ""
+        var sql = "SELECT min(run_after_ms) FROM jobs\(index) WHERE state = 'queued' AND waits_for_jobs = 0"
+            + " AND \(WorkableRows.condition())"
         if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
         let values = (queues ?? []).map(SQLiteValue.text)
         return try withConnection { (connection) throws(StoreError) -> Int64? in
@@ -167,14 +172,15 @@ extension SQLiteConnection {
     /// Whole rows, so each claim reads its job once (the rows are current: the transaction holds the lock).
     /// Across every queue, the partial index of queued jobs (migration 7) gives claim order: the claim
     /// reads its first rows and stops, instead of reading and sorting the whole queue inside the write
-    /// transaction. With a queue filter the planner's own choice, `jobs_claim (state, queue, …)`, is the
-    /// narrower one.
+    /// transaction. With a queue filter the planner's own choice, `jobs_claim (state, queue,
+    /// waits_for_jobs, …)`, is the narrower one. Jobs still waiting for another job are in neither
+    /// index's range (schema 19).
     static func claimSQL(queues: [String]?) -> String {
         let index = queues == nil ? " INDEXED BY jobs_queued_claim_order" : ""
-        var sql = "SELECT \(JobRecord.selectColumns) FROM jobs\(index) WHERE state = 'queued' AND run_after_ms <= ?"
-            + " AND \(WorkableRows.condition())"
-            // A job waiting for a dependency has a row in job_dependencies (its primary key starts with the job).
-            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
+        // A job waiting for a dependency (a row in job_dependencies) has `waits_for_jobs` set (schema 19):
+        // neither index the claim reads walks it, so a long chain's blocked jobs cost a claim nothing.
+        var sql = "SELECT \(JobRecord.selectColumns) FROM jobs\(index) WHERE state = 'queued' AND waits_for_jobs = 0"
+            + " AND run_after_ms <= ? AND \(WorkableRows.condition())"
         if let queues { sql += " AND queue IN (\(queues.map { _ in "?" }.joined(separator: ", ")))" }
         sql += " ORDER BY priority DESC, run_after_ms, seq LIMIT ?"
         return sql

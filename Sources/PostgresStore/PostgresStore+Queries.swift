@@ -83,7 +83,7 @@ extension PostgresStore {
 
     /// The ids `nextQueuedJobs(limit:specMentioning:)` matches: $1 the limit, $2 the text.
     static let nextQueuedJobsSQL = """
-            SELECT next.id FROM (SELECT id, seq FROM jobs WHERE state = 'queued'
+            SELECT next.id FROM (SELECT id, seq FROM jobs WHERE state = 'queued' AND NOT waits_for_jobs
                                  ORDER BY priority DESC, run_after_ms, seq LIMIT $1) AS next
             WHERE strpos(lower((SELECT events.data FROM events WHERE events.seq = next.seq) COLLATE "C"), $2) > 0
             """
@@ -535,6 +535,7 @@ extension PostgresStore {
             DependencyRow(job: try row.string(0), dependsOn: try row.string(1))
         }
         differences += fold.dependencyDifferences(stored: waits)
+        differences += try waitFlagDifferences(connection)
 
         if rewrite {
             try fold.refuseRewriteWithProblems()
@@ -638,7 +639,7 @@ extension PostgresStore {
         let waits = try connection.rows("SELECT job, depends_on FROM job_dependencies", []) { (row) throws(StoreError) in
             DependencyRow(job: try row.string(0), dependsOn: try row.string(1))
         }
-        return try replay.report(
+        var report = try replay.report(
             storedRowCount: storedCount,
             storedWithoutEvents: { () throws(StoreError) -> [String] in [] },
             storedWaits: waits,
@@ -646,6 +647,29 @@ extension PostgresStore {
                 let events = try connection.rows(eventsOfJob, [.text(id)]) { (row) throws(StoreError) in try decode(row).2 }
                 return try StreamingReplay<PostgresValue>.rebuild(jobID: id, events: events)
             })
+        report.differences += try waitFlagDifferences(connection)
+        return report
+    }
+
+    /// The jobs whose `waits_for_jobs` (schema 21) disagrees with their rows in `job_dependencies`, by
+    /// job id. The claim trusts the flag alone: a job flagged without a wait would never run, one with a
+    /// wait but not flagged would run before its dependency succeeded. The rows themselves are compared
+    /// with the log apart; a rewrite rebuilds both (the table's triggers set the flag).
+    /// None before schema 21: a migration's rebuild of the projection (`PostgresMigrator.rebuildProjection`)
+    /// can run on a log that has no flag yet.
+    static func waitFlagDifferences(_ connection: PostgresConnection) throws(StoreError) -> [ReplayDifference] {
+        let hasFlag = try connection.row("""
+            SELECT 1 FROM pg_catalog.pg_attribute
+            WHERE attrelid = 'jobs'::regclass AND attname = 'waits_for_jobs' AND NOT attisdropped
+            """, []) { (row) throws(StoreError) in try row.integer(0) } != nil
+        guard hasFlag else { return [] }
+        return try connection.rows("""
+            SELECT id, waits_for_jobs::text, waits::text FROM (
+                SELECT id, waits_for_jobs, EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id) AS waits FROM jobs) AS flags
+            WHERE waits_for_jobs <> waits ORDER BY id COLLATE "C"
+            """, []) { (row) throws(StoreError) in
+            ReplayDifference(jobID: try row.string(0), column: "waits_for_jobs", stored: try row.string(1), rebuilt: try row.string(2))
+        }
     }
 }
 

@@ -68,8 +68,9 @@ struct ConditionsWithoutInListsTests {
         let columns = try store.withConnection { (connection) throws(StoreError) -> [String] in
             try connection.query("SELECT name FROM pragma_table_info('jobs') ORDER BY cid") { row in row.text(0) }
         }
-        // Schema 10 adds the lease expiry after them (no event sets it, so it is not one of the fold's).
-        #expect(columns == JobRecord.columns + ["lease_expires_at_ms", "finished_seq"])
+        // Schema 10 adds the lease expiry after them (no event sets it, so it is not one of the fold's);
+        // schema 19 the flag of a job waiting for another (kept by the waits' triggers).
+        #expect(columns == JobRecord.columns + ["lease_expires_at_ms", "finished_seq", "waits_for_jobs"])
         let indexes = try store.withConnection { (connection) throws(StoreError) -> [String] in
             try connection.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' ORDER BY name") { row in
                 row.text(0)

@@ -21,6 +21,8 @@ struct StoreFixture {
     let store: any JobStore
     /// The SQLite store, for tests of SQLite's own behaviour (nil on PostgreSQL).
     let sqlite: EventStore?
+    /// The PostgreSQL store's URL, to open it again (nil on SQLite).
+    let postgresURL: String?
     var path: String { directory.file("jobs.db") }
 
     init(_ label: String = "eventstore", engine: Engine = .sqlite) throws {
@@ -31,9 +33,12 @@ struct StoreFixture {
             let store = try EventStore(path: directory.file("jobs.db"))
             self.store = store
             sqlite = store
+            postgresURL = nil
         case .postgres:
-            store = try PostgresStore(url: try PostgresServer.shared().makeSchema(label), mode: .create)
+            let url = try PostgresServer.shared().makeSchema(label)
+            store = try PostgresStore(url: url, mode: .create)
             sqlite = nil
+            postgresURL = url
         }
     }
 

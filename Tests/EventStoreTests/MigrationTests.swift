@@ -67,6 +67,7 @@ struct MigrationTests {
             "16 retry_keeps_the_schedule 44d51398ed503b8398a2664a20978dbc56340837c0c6eccdae391d62f50b6070",
             "17 resume_keeps_the_retry_time 8160e5e20ab0ff9001c55ea0207438a341c6c305774032563ea956337e0637c6",
             "18 success_clears_the_error ec0e82b6f7de28a542798a07b060fbd7b78ca1d3351d935fac81b0c376611154",
+            "19 waiting_jobs_out_of_the_claim db349e632afd6b3ae7c19d3613aed5f39e1513682cf6bd20293291f13939445b",
         ])
     }
 
@@ -207,6 +208,16 @@ struct MigrationTests {
                 try connection.run("UPDATE jobs SET attempts = 2 WHERE id = ?", [.text(ids[0])])
                 try connection.run("UPDATE jobs SET attempts = 1 WHERE id IN (?, ?)", [.text(ids[1]), .text(ids[2])])
                 try connection.run("DELETE FROM schema_migrations WHERE version >= 2")
+                // Nor the flag of jobs waiting for another, its triggers and its indexes (schema 19).
+                try connection.execute("""
+                    DROP TRIGGER job_dependencies_wait_added;
+                    DROP TRIGGER job_dependencies_wait_removed;
+                    DROP INDEX jobs_queued_claim_order;
+                    DROP INDEX jobs_claim;
+                    ALTER TABLE jobs DROP COLUMN waits_for_jobs;
+                    CREATE INDEX jobs_claim ON jobs (state, queue, priority DESC, run_after_ms, seq);
+                    CREATE INDEX jobs_queued_claim_order ON jobs (priority DESC, run_after_ms, seq) WHERE state = 'queued';
+                    """)
                 // Schema 1 had no batch column: migrations 2 and 3 are then applied in one transaction,
                 // the projection rebuilt once at its end with the newest columns.
                 try connection.run("DROP INDEX jobs_batch")

@@ -21,7 +21,8 @@ struct ClaimPlanTests {
         let connection = try fixture.connect()
         try connection.execute("ANALYZE jobs")
         // As the claim asks: only the rows a worker may take (`WorkableRows`: no newer jobctl's event among them).
-        var sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= $1 AND \(WorkableRows.condition())"
+        var sql = "SELECT id FROM jobs WHERE state = 'queued' AND NOT waits_for_jobs AND run_after_ms <= $1"
+            + " AND \(WorkableRows.condition())"
         var values: [PostgresValue] = [.integer(10_000)]
         if let queues {
             sql += " AND queue = ANY($2::text[])"
@@ -63,8 +64,7 @@ struct ClaimPlanTests {
         _ = try store.submit((0..<count).map { k in JobSpec(kind: .uploadData, destination: "file://plan/\(k).txt", data: Data("x".utf8)) },
                              actor: "test", now: 1_000)
         #expect(try connection.first(reltuples) { (row) throws(PostgresError) in try row.int64(0) } == Int64(count + 10))
-        let sql = "SELECT id FROM jobs WHERE state = 'queued' AND run_after_ms <= $1"
-            + " AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.job = jobs.id)"
+        let sql = "SELECT id FROM jobs WHERE state = 'queued' AND NOT waits_for_jobs AND run_after_ms <= $1"
             + " ORDER BY priority DESC, run_after_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
         let plan = try connection.plan("EXPLAIN " + sql, [.integer(10_000), .integer(16)])
         #expect(plan.contains("Index Scan using jobs_queued_claim_order on jobs"), "\(plan)")
