@@ -240,11 +240,13 @@ extension PostgresStore {
                             ifStateIn states: Set<JobState>?) throws(StoreError) -> [Result<ControlAnswer, StoreError>] {
         guard !ids.isEmpty else { return [] }
         return try writeTransaction { (connection) throws(StoreError) -> [Result<ControlAnswer, StoreError>] in
-            ids.map { (id) -> Result<ControlAnswer, StoreError> in
+            // A bulk retry of a cancelled chain asks each link for its cascade's root: found once, kept.
+            let known = CascadeRoots()
+            return ids.map { (id) -> Result<ControlAnswer, StoreError> in
                 do throws(StoreError) {
                     return .success(try connection.savepoint { () throws(StoreError) -> ControlAnswer in
                         try connection.controlAnswer(command, id: id, job: try connection.lockJob(id), actor: actor, now: now,
-                                                     ifStateIn: states)
+                                                     ifStateIn: states, known: known)
                     })
                 } catch {
                     return .failure(error)

@@ -188,16 +188,33 @@ extension DecisionWriter {
 
     /// `cascadeRoot(of:)`, reading each job above with `record`; `opened` are jobs taken as open although
     /// the log has them failed or cancelled (a bulk dry run's earlier retries).
-    func cascadeRoot(of job: JobRecord, opened: Set<String>,
+    ///
+    /// With `known` (and nothing `opened`), a walk stops at a job whose root it holds, and leaves the
+    /// root of every job it passed there: every job of a cancelled chain has the same root, so a bulk
+    /// retry of the chain's N links walks it once instead of N times (each step a read and a decoded
+    /// event: 2,000 links took over two minutes).
+    func cascadeRoot(of job: JobRecord, opened: Set<String>, known: CascadeRoots? = nil,
                      record: (String) throws(StoreError) -> JobRecord?) throws(StoreError) -> String {
+        let known = opened.isEmpty ? known : nil
         var current = job
         var seen: Set<String> = [job.id]
-        while current.state == .cancelled,
-              let cause = try payload(ofJob: current.id, version: current.version)?.cancellingDependency,
-              seen.insert(cause).inserted, !opened.contains(cause),
-              let above = try record(cause), above.state == .failed || above.state == .cancelled {
+        var passed: [String] = []
+        while current.state == .cancelled {
+            if let root = known?.roots[current.id] {
+                known?.remember(root, for: passed)
+                return root
+            }
+            guard let cause = try payload(ofJob: current.id, version: current.version)?.cancellingDependency,
+                  !opened.contains(cause), let above = try record(cause), above.state == .failed || above.state == .cancelled
+            else { break }
+            // A loop of cancels (no log holds one: a job waits only for jobs submitted before it) ends the
+            // walk where it closes; a root found so is this walk's alone, not kept.
+            guard seen.insert(cause).inserted else { return current.id }
+            passed.append(current.id)
             current = above
         }
+        passed.append(current.id)
+        known?.remember(current.id, for: passed)
         return current.id
     }
 
@@ -237,4 +254,22 @@ struct EndedJob {
     let state: JobState
     /// The job whose own end began the cascade that cancelled this one (nil: this job is it).
     var root: String? = nil
+}
+
+/// The cascade roots (`cascadeRoot`) one command found, by job, while nothing it did changed a job:
+/// `controlEach` keeps one for its jobs and forgets it after every job it changed (a retried job stops
+/// the walks through it).
+public final class CascadeRoots {
+    /// The root of each job walked, by job id.
+    private(set) var roots: [String: String] = [:]
+
+    public init() {}
+
+    /// Records `root` as the root of every job in `jobs`.
+    func remember(_ root: String, for jobs: [String]) {
+        for job in jobs { roots[job] = root }
+    }
+
+    /// Forgets every root: a job changed.
+    public func forget() { roots.removeAll() }
 }

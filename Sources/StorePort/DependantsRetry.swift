@@ -73,8 +73,9 @@ extension DependantsReader {
     /// nil for a job that waits for none, for which nothing is read. With `locking`, their rows are held
     /// as `remainingDependencies` holds them: a dependency cannot end between this read and the commit of
     /// the retry that read it open. `openedBefore`: jobs taken as open (as `planDependantsRetry`).
-    public func dependencyStanding(of job: JobRecord, locking: Bool,
-                                   openedBefore: Set<String> = []) throws(StoreError) -> DependencyStanding? {
+    /// `known`: the roots the command found before (see `CascadeRoots`).
+    public func dependencyStanding(of job: JobRecord, locking: Bool, openedBefore: Set<String> = [],
+                                   known: CascadeRoots? = nil) throws(StoreError) -> DependencyStanding? {
         guard let after = job.spec.after, !after.isEmpty else { return nil }
         var unfinished: [DependencyStanding.Dependency] = []
         for (id, state) in try remainingDependencies(of: job.id, locking: locking) {
@@ -84,7 +85,7 @@ extension DependantsReader {
                 continue
             }
             let root = if let record {
-                try cascadeRoot(of: record, opened: openedBefore) { (above) throws(StoreError) in try unlockedRecord(above) }
+                try cascadeRoot(of: record, opened: openedBefore, known: known) { (above) throws(StoreError) in try unlockedRecord(above) }
             } else {
                 id
             }
@@ -96,23 +97,25 @@ extension DependantsReader {
 
     /// A control command (pause, resume, cancel, retry) on `job`, its row as it stands in this write
     /// transaction (locked where the engine locks rows): `perform`, with how the jobs it waits for stand
-    /// when it is a retry (read here, their rows held until the commit).
-    public func control(_ command: JobCommand, on job: JobRecord, actor: String,
-                        now: Int64) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
+    /// when it is a retry (read here, their rows held until the commit). `known`: as `dependencyStanding`.
+    public func control(_ command: JobCommand, on job: JobRecord, actor: String, now: Int64,
+                        known: CascadeRoots? = nil) throws(StoreError) -> (events: [JobEvent], record: JobRecord?) {
         try refuseNewerEvents(job.id)
-        let dependencies = command == .retry ? try dependencyStanding(of: job, locking: true) : nil
+        let dependencies = command == .retry ? try dependencyStanding(of: job, locking: true, known: known) : nil
         return try perform(command, jobID: job.id, on: job, actor: actor, expectedVersion: job.version,
                            dependencies: dependencies, now: now)
     }
 
     /// `control` of `job` (read, and locked where the engine locks rows, as `id` in the caller's write
     /// transaction; nil: no such job) for `JobStore.control` and `controlEach`: with `ifStateIn`, a job
-    /// in none of those states is left alone (no result, its state).
+    /// in none of those states is left alone (no result, its state). `known`: the roots found by the
+    /// command's jobs before this one (`controlEach`), forgotten when this job changes.
     public func controlAnswer(_ command: JobCommand, id: String, job: JobRecord?, actor: String, now: Int64,
-                              ifStateIn states: Set<JobState>?) throws(StoreError) -> ControlAnswer {
+                              ifStateIn states: Set<JobState>?, known: CascadeRoots? = nil) throws(StoreError) -> ControlAnswer {
         guard let job else { throw StoreError.notFound(id) }
         if let states, !states.contains(job.state) { return ControlAnswer(result: nil, state: job.state, events: []) }
-        let (events, record) = try control(command, on: job, actor: actor, now: now)
+        let (events, record) = try control(command, on: job, actor: actor, now: now, known: known)
+        if !events.isEmpty { known?.forget() }
         return ControlAnswer(result: ControlResult(record: record ?? job, isRepeat: events.isEmpty), state: (record ?? job).state,
                              events: events.map(\.type))
     }
