@@ -183,6 +183,15 @@ public final class WorkerLog: Sendable {
             ("released", .integer(Int64(summary.released))), ("abandoned", .integer(Int64(summary.abandoned))),
             ("rescued", .integer(Int64(summary.rescued))), ("rescued_failed", .integer(Int64(summary.rescuedFailed))),
             ("events_written", .integer(Int64(summary.eventsWritten))), ("group_commits", .integer(Int64(summary.groupCommits))),
+        ] + (summary.leftWaiting > 0 ? [("left_waiting", .integer(Int64(summary.leftWaiting)))] : [])))
+    }
+
+    /// A drain ended with jobs of its queues still queued, waiting for a job that does not finish in it.
+    func drainLeftWaiting(_ left: LeftWaiting, now: Int64) {
+        record(WorkerLogEntry(atMs: now, level: .warning, event: .drainLeftWaiting, fields: [
+            ("jobs", .integer(Int64(left.count))), ("first", .text(left.first)), ("held_by", .text(left.holder)),
+            ("reason", .text(left.reason)),
+            ("action", .text("the drain ran every job it could; these wait for that job to succeed")),
         ]))
     }
 

@@ -82,6 +82,9 @@ public enum WorkerLogEvent: String, Sendable, CaseIterable {
     /// Jobs whose history holds an event of a type this jobctl does not know (a newer jobctl wrote it)
     /// are waiting: this worker leaves them alone. Said when such jobs first appear.
     case newerEvents = "newer_events"
+    /// A drain ended with queued jobs of its queues waiting for a job that does not finish in it (paused,
+    /// or in a queue the worker does not take).
+    case drainLeftWaiting = "drain_left_waiting"
     /// At start: the open-files limit, even raised to its hard ceiling, is below what the concurrency
     /// may need.
     case openFilesLimit = "open_files_limit"

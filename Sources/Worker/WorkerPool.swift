@@ -101,6 +101,21 @@ public struct WorkerSummary: Sendable, Equatable {
     public var rescuedFailed = 0
     public var groupCommits = 0
     public var eventsWritten = 0
+    /// A drain's end: the queued jobs of its queues left waiting for a job that did not finish in it (one
+    /// paused, or queued in a queue this worker does not take). They do not hold a drain, which ran all it could.
+    public var leftWaiting = 0
+}
+
+/// What a drain that ended left queued in its queues (`WorkerPool.leftWaiting`).
+struct LeftWaiting: Sendable, Equatable {
+    /// How many jobs.
+    let count: Int
+    /// One of them (from the first of its queues that has one).
+    let first: String
+    /// The job that holds it back: the first unfinished one up its chain of waits that is not itself waiting.
+    let holder: String
+    /// Why that job does not finish in this drain.
+    let reason: String
 }
 
 /// A pool of task runners fed by batched claims, with heartbeats, rescue of expired leases,
@@ -533,7 +548,14 @@ public final class WorkerPool: Sendable {
                         let busy = try await store.run { store -> Bool in
                             try store.nextRunAfter(queues: queues) != nil || (try store.countJobs(filter: JobFilter(states: [.running]))) > 0
                         }
-                        if !busy { break }
+                        if !busy {
+                            // Jobs still queued in its queues wait for a job this drain cannot run: said, not waited for.
+                            if let left = try await store.run({ store in try Self.leftWaiting(store, queues: queues) }) {
+                                state.withLock { $0.summary.leftWaiting = left.count }
+                                log.drainLeftWaiting(left, now: Clock.nowMs())
+                            }
+                            break
+                        }
                     }
                     drainWaitMs = Self.drainWait(after: drainWaitMs, changed: changed, waitedMs: now - drainWaitStarted,
                                                  pollIntervalMs: config.pollIntervalMs)
@@ -620,6 +642,49 @@ public final class WorkerPool: Sendable {
         store.capAnswerWaits(atMostMs: nil)
         store.setStopDeadline(monotonicMs: nil)
         return summary
+    }
+
+    /// What a drain leaves queued in `queues` (nil: every queue) when it ends, or nil for nothing. Once no
+    /// queued job of its queues is runnable (due or not) and no job runs anywhere, a job still queued there
+    /// waits for another (or holds a newer jobctl's event: said by `newer_events`, not counted here). The
+    /// first one's chain of waits is followed up to the job that holds it: paused, or queued in a queue this
+    /// worker does not take. A few reads, once, at the drain's end.
+    static func leftWaiting(_ store: any JobStore, queues: [String]?) throws(StoreError) -> LeftWaiting? {
+        let looked: [String?] = queues.map { $0.map { Optional($0) } } ?? [nil]
+        var count = 0
+        for queue in looked { count += try store.countJobs(filter: JobFilter(states: [.queued], queue: queue)) }
+        guard count > 0 else { return nil }
+        let newer = try store.jobsWithNewerEvents(inStates: [.queued])
+        var first: JobRecord?
+        for queue in looked where first == nil {
+            first = try store.jobs(filter: JobFilter(states: [.queued], queue: queue, limit: newer.count + 1)).first { newer[$0.id] == nil }
+        }
+        for id in newer.keys {
+            if let job = try store.job(id), queues?.contains(job.queue) ?? true { count -= 1 }
+        }
+        guard count > 0, let first else { return nil }
+        // Up the chain: the first dependency that has not succeeded, while it is itself a job of these
+        // queues waiting in turn (bounded: a chain of waits ends, and ids are seen once).
+        var current = first
+        var seen: Set<String> = [first.id]
+        var reason = "it waits for a job that is not in the log"
+        while let after = current.spec.after {
+            var holder: JobRecord?
+            for id in after {
+                if let job = try store.job(id), job.state != .succeeded { holder = job; break }
+            }
+            guard let holder, seen.insert(holder.id).inserted else { break }
+            current = holder
+            let inQueues = queues?.contains(holder.queue) ?? true
+            if holder.state == .queued && inQueues && holder.spec.after != nil { continue }
+            reason = switch holder.state {
+            case .paused: "it is paused (`jobctl resume \(holder.id)`)"
+            case .queued where !inQueues: "it is queued in queue \(holder.queue), which this worker does not take"
+            default: "it is \(holder.state.rawValue)"
+            }
+            break
+        }
+        return LeftWaiting(count: count, first: first.id, holder: current.id, reason: reason)
     }
 
     /// Logs each job the rescue took back and counts them: one it failed is a failure of the drain's too

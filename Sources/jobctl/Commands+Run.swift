@@ -40,7 +40,10 @@ extension Commands {
         when the signal arrives while the worker is still starting; a second signal exits at once (130).
         With --drain the worker exits once no job is queued or running: 0 when every job it ran ended
         well, 2 when any of them failed — or when its rescue failed a job whose last attempt died with
-        another worker — so `jobctl submit jobs.yaml && jobctl worker --drain` works in scripts. When the event log refuses writes (its disk full, its file read-only), a worker retries;
+        another worker — so `jobctl submit jobs.yaml && jobctl worker --drain` works in scripts. Jobs of its
+        queues left queued waiting (after:) for a job that cannot finish in the drain (paused, or in a queue
+        it does not take) do not hold it and do not change its exit status: a drain_left_waiting warning
+        counts them and names one and the job that holds it, and worker_stopped adds left_waiting=N. When the event log refuses writes (its disk full, its file read-only), a worker retries;
         a drain with nothing running stops after a lease's length of refusals and exits 1 saying so (the
         jobs it held return to the queue when their leases expire). Storage settings come from the environment: STORAGE_EMULATOR_HOST,
         GOOGLE_OAUTH_ACCESS_TOKEN or JOBCTL_TOKEN_COMMAND, else GOOGLE_APPLICATION_CREDENTIALS (a
@@ -69,7 +72,7 @@ extension Commands {
         retry_scheduled (with the delay and error code), succeeded (bytes, duration, rate), failed,
         cancelled, lease_lost, released, abandoned, rescued (a dead worker's job taken back: outcome queued, or failed on its
         last attempt, cancelled or paused); and warnings: store_error, write_landed, slow_commit,
-        signal_received, log_upgraded (at start: opening the log upgraded its schema, which older jobctls cannot open),
+        signal_received, drain_left_waiting, log_upgraded (at start: opening the log upgraded its schema, which older jobctls cannot open),
         clock_skew, no_credentials, newer_events (jobs with events of types a newer jobctl wrote
         are left alone), tls_key_log (SSLKEYLOGFILE is set), open_files_limit (the soft open-files limit is raised to the hard one at
         start; this says when that is below what --concurrency may need, and the worker runs only the transfers that fit; below 68 it does not start),
