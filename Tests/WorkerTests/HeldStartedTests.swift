@@ -43,7 +43,7 @@ private final class WaitingBackend: StorageBackend {
 
     /// `replay --verify` finds the projection as the log makes it; the counting trigger is the test's own,
     /// which it names as one jobctl does not make.
-    static func consistentBesideTheCountingTrigger(_ store: EventStore) throws -> Bool {
+    static func consistentBesideTheCountingTrigger(_ store: any JobStore) throws -> Bool {
         let report = try store.replay(verify: true)
         return report.differences.isEmpty && report.problems.allSatisfy { $0.contains("'count_row_updates'") }
     }

@@ -35,7 +35,9 @@ import TestSupport
             let schema = try #require(database.range(of: "search_path%3D").map { String(database[$0.upperBound...]) })
             _ = try PostgresServer.shared().psql(database: "postgres", "SET search_path TO \(schema); \(insert)")
         } else {
-            let output = try runProcess("/usr/bin/sqlite3", [database, insert])
+            // Waiting its turn at the write lock, as a migrating jobctl does (the worker's start-up writes hold it
+            // briefly; the shell's default is to fail at once, "database is locked").
+            let output = try runProcess("/usr/bin/sqlite3", ["-cmd", ".timeout 10000", database, insert])
             try #require(output.status == 0, "\(output.stderr)")
         }
         let upgraded = Date()
