@@ -87,7 +87,7 @@ import TestSupport
         // The rows as the older fold left them (run at the retry's time), and its ledger.
         let version = engine == .sqlite ? 16 : 18
         try DamagedDatabaseTests.edit(workspace, engine, "UPDATE jobs SET run_after_ms = updated_at_ms WHERE id IN ('\(s1)', '\(s2)')")
-        try DamagedDatabaseTests.edit(workspace, engine, "DELETE FROM schema_migrations WHERE version >= \(version)")
+        try DamagedDatabaseTests.rewindLedger(workspace, engine, toBefore: version)
 
         let migrated = try workspace.jobctl(["migrate"])
         #expect(migrated.status == 0 && migrated.stdout.contains("\(version)"), "\(migrated.stdout)\(migrated.stderr)")

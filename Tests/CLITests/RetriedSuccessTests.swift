@@ -81,7 +81,7 @@ import TestSupport
         try DamagedDatabaseTests.edit(workspace, engine, "UPDATE jobs SET error = \(attemptError) WHERE id = '\(id)'")
         let stale = try #require(try workspace.json(["show", id, "--json"]) as? [String: Any])
         #expect(stale["error"] is [String: Any], "the edit put the old fold's error back: \(stale)")
-        try DamagedDatabaseTests.edit(workspace, engine, "DELETE FROM schema_migrations WHERE version >= \(version)")
+        try DamagedDatabaseTests.rewindLedger(workspace, engine, toBefore: version)
 
         let migrated = try workspace.jobctl(["migrate"])
         #expect(migrated.status == 0 && migrated.stdout.contains("\(version)"), "\(migrated.stdout)\(migrated.stderr)")

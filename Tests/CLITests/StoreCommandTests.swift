@@ -559,6 +559,27 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
         #expect(try workspace.jobctl(["show", ids[1]]).stdout.contains("succeeded"))
     }
 
+    /// Takes the log back to what an older jobctl made of it up to `version` − 1: the ledger's rows from
+    /// `version` on go, and on SQLite what migration 19 added (its flag column, triggers and indexes),
+    /// which it cannot add twice when the upgrade applies it again.
+    static func rewindLedger(_ workspace: CLIWorkspace, _ engine: StoreEngine, toBefore version: Int) throws {
+        try edit(workspace, engine, "DELETE FROM schema_migrations WHERE version >= \(version)")
+        guard engine == .sqlite, version <= 19 else { return }
+        let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); db.commit()
+            """, workspace.database, """
+            DROP TRIGGER job_dependencies_wait_added;
+            DROP TRIGGER job_dependencies_wait_removed;
+            DROP INDEX jobs_queued_claim_order;
+            DROP INDEX jobs_claim;
+            ALTER TABLE jobs DROP COLUMN waits_for_jobs;
+            CREATE INDEX jobs_claim ON jobs (state, queue, priority DESC, run_after_ms, seq);
+            CREATE INDEX jobs_queued_claim_order ON jobs (priority DESC, run_after_ms, seq) WHERE state = 'queued';
+            """])
+        #expect(edit.status == 0, "\(edit.stderr)")
+    }
+
     /// Runs `sql` on the workspace's database, behind jobctl's back (a newer jobctl's rows, say).
     static func edit(_ workspace: CLIWorkspace, _ engine: StoreEngine, _ sql: String) throws {
         switch engine {
