@@ -564,29 +564,17 @@ func eventuallyTrue(seconds: Double, _ condition: () throws -> Bool) rethrows ->
     /// which it cannot add twice when the upgrade applies it again.
     static func rewindLedger(_ workspace: CLIWorkspace, _ engine: StoreEngine, toBefore version: Int) throws {
         try edit(workspace, engine, "DELETE FROM schema_migrations WHERE version >= \(version)")
-        guard engine == .sqlite, version <= 19 else { return }
-        let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); db.commit()
-            """, workspace.database, """
-            DROP TRIGGER job_dependencies_wait_added;
-            DROP TRIGGER job_dependencies_wait_removed;
-            DROP INDEX jobs_queued_claim_order;
-            DROP INDEX jobs_claim;
-            ALTER TABLE jobs DROP COLUMN waits_for_jobs;
-            CREATE INDEX jobs_claim ON jobs (state, queue, priority DESC, run_after_ms, seq);
-            CREATE INDEX jobs_queued_claim_order ON jobs (priority DESC, run_after_ms, seq) WHERE state = 'queued';
-            """])
-        #expect(edit.status == 0, "\(edit.stderr)")
+        if engine == .sqlite && version <= 19 { try edit(workspace, engine, OlderSQLiteSchema.beforeWaitFlag) }
     }
 
-    /// Runs `sql` on the workspace's database, behind jobctl's back (a newer jobctl's rows, say).
+    /// Runs `sql` (one statement or several) on the workspace's database, behind jobctl's back (a newer
+    /// jobctl's rows, say).
     static func edit(_ workspace: CLIWorkspace, _ engine: StoreEngine, _ sql: String) throws {
         switch engine {
         case .sqlite:
             let edit = try runProcess("\(PackagePaths.venv)/bin/python", ["-c", """
                 import sqlite3, sys
-                db = sqlite3.connect(sys.argv[1]); db.execute(sys.argv[2]); db.commit()
+                db = sqlite3.connect(sys.argv[1]); db.executescript(sys.argv[2]); db.commit()
                 """, workspace.database, sql])
             #expect(edit.status == 0, "\(edit.stderr)")
         case .postgres:

@@ -200,15 +200,9 @@ struct SQLiteLeaseInRowTests {
                     CREATE INDEX leases_expiry ON leases (expires_at_ms);
                     DROP INDEX jobs_finished_seq_by_kind;
                     ALTER TABLE jobs DROP COLUMN finished_seq;
-                    DROP TRIGGER job_dependencies_wait_added;
-                    DROP TRIGGER job_dependencies_wait_removed;
-                    DROP INDEX jobs_queued_claim_order;
-                    DROP INDEX jobs_claim;
-                    ALTER TABLE jobs DROP COLUMN waits_for_jobs;
-                    CREATE INDEX jobs_claim ON jobs (state, queue, priority DESC, run_after_ms, seq);
-                    CREATE INDEX jobs_queued_claim_order ON jobs (priority DESC, run_after_ms, seq) WHERE state = 'queued';
                     DELETE FROM schema_migrations WHERE version >= 10;
                     """)
+                try connection.execute(OlderSQLiteSchema.beforeWaitFlag)
                 // Job 0: a live lease with the row's token. Job 1: a lease row of an older token (the
                 // row's own is gone). Job 2: no lease row at all. Job 3 (queued): a lease row left behind.
                 try connection.run("INSERT INTO leases (job_id, owner, token, expires_at_ms) VALUES (?, 'w1', ?, 50000)",

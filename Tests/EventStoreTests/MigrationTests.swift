@@ -209,15 +209,7 @@ struct MigrationTests {
                 try connection.run("UPDATE jobs SET attempts = 1 WHERE id IN (?, ?)", [.text(ids[1]), .text(ids[2])])
                 try connection.run("DELETE FROM schema_migrations WHERE version >= 2")
                 // Nor the flag of jobs waiting for another, its triggers and its indexes (schema 19).
-                try connection.execute("""
-                    DROP TRIGGER job_dependencies_wait_added;
-                    DROP TRIGGER job_dependencies_wait_removed;
-                    DROP INDEX jobs_queued_claim_order;
-                    DROP INDEX jobs_claim;
-                    ALTER TABLE jobs DROP COLUMN waits_for_jobs;
-                    CREATE INDEX jobs_claim ON jobs (state, queue, priority DESC, run_after_ms, seq);
-                    CREATE INDEX jobs_queued_claim_order ON jobs (priority DESC, run_after_ms, seq) WHERE state = 'queued';
-                    """)
+                try connection.execute(OlderSQLiteSchema.beforeWaitFlag)
                 // Schema 1 had no batch column: migrations 2 and 3 are then applied in one transaction,
                 // the projection rebuilt once at its end with the newest columns.
                 try connection.run("DROP INDEX jobs_batch")
